@@ -1,0 +1,183 @@
+package mig
+
+import (
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/catalog"
+)
+
+// The brute-force oracle below shares no code with the package: it works on
+// (profile, start) pairs with interval arithmetic instead of masks, and
+// enumerates by plain recursion. Every answer of the package is checked
+// against it.
+
+type bfInst struct {
+	p, start int
+}
+
+type oracle struct {
+	g     *Geometry // only its Shapes and limits are read
+	all   [][]bfInst
+	pairs []bfInst
+}
+
+func newOracle(g *Geometry) *oracle {
+	o := &oracle{g: g}
+	for p, s := range g.Shapes {
+		for _, st := range s.Starts {
+			o.pairs = append(o.pairs, bfInst{p, st})
+		}
+	}
+	var cur []bfInst
+	var rec func(k int)
+	rec = func(k int) {
+		if k == len(o.pairs) {
+			if o.valid(cur) {
+				o.all = append(o.all, append([]bfInst(nil), cur...))
+			}
+			return
+		}
+		rec(k + 1)
+		cur = append(cur, o.pairs[k])
+		if o.valid(cur) { // validity is monotone: prune invalid prefixes
+			rec(k + 1)
+		}
+		cur = cur[:len(cur)-1]
+	}
+	rec(0)
+	return o
+}
+
+func (o *oracle) valid(l []bfInst) bool {
+	g := o.g
+	counts := map[int]int{}
+	compute, me := 0, 0
+	for i, a := range l {
+		s := g.Shapes[a.p]
+		allowed := false
+		for _, st := range s.Starts {
+			allowed = allowed || st == a.start
+		}
+		if !allowed {
+			return false
+		}
+		for _, b := range l[:i] {
+			sb := g.Shapes[b.p]
+			if a.start < b.start+sb.Size && b.start < a.start+s.Size {
+				return false
+			}
+		}
+		counts[a.p]++
+		compute += s.Compute
+		if s.ME {
+			me++
+		}
+	}
+	for p, n := range counts {
+		if n > g.Shapes[p].MaxCount {
+			return false
+		}
+	}
+	return me <= 1 && len(l) <= g.MaxInstances && compute <= g.ComputeSlices
+}
+
+// maxAdd is the most instances of p that can join l, by exhaustive search.
+func (o *oracle) maxAdd(l []bfInst, p int) int {
+	best := 0
+	var rec func(cur []bfInst, from, n int)
+	rec = func(cur []bfInst, from, n int) {
+		best = max(best, n)
+		for _, st := range o.g.Shapes[p].Starts {
+			if st < from {
+				continue
+			}
+			next := append(append([]bfInst(nil), cur...), bfInst{p, st})
+			if o.valid(next) {
+				rec(next, st+1, n+1)
+			}
+		}
+	}
+	rec(l, 0, 0)
+	return best
+}
+
+func (o *oracle) capacity(l []bfInst) int {
+	total := 0
+	for p, s := range o.g.Shapes {
+		if !s.ME {
+			total += s.Size * o.maxAdd(l, p)
+		}
+	}
+	return total
+}
+
+func (o *oracle) maximal(l []bfInst, includeME bool) bool {
+	for _, pr := range o.pairs {
+		if o.g.Shapes[pr.p].ME && !includeME {
+			continue
+		}
+		if o.valid(append(append([]bfInst(nil), l...), pr)) {
+			return false
+		}
+	}
+	return true
+}
+
+func (o *oracle) multiset(l []bfInst) string {
+	names := make([]string, len(l))
+	for i, a := range l {
+		names[i] = o.g.Shapes[a.p].Name
+	}
+	sort.Strings(names)
+	return strings.Join(names, "+")
+}
+
+func (o *oracle) toLayout(l []bfInst) Layout {
+	out := make(Layout, len(l))
+	for i, a := range l {
+		out[i] = Instance{Profile: o.g.Shapes[a.p].Name, Start: a.start}
+	}
+	return out
+}
+
+func (o *oracle) fromLayout(t *testing.T, l Layout) []bfInst {
+	t.Helper()
+	out := make([]bfInst, len(l))
+	for i, in := range l {
+		p, err := o.g.Profile(in.Profile)
+		if err != nil {
+			t.Fatalf("layout %s: %v", l, err)
+		}
+		out[i] = bfInst{p, in.Start}
+	}
+	return out
+}
+
+func sortedMultiset(names []string) string {
+	s := append([]string(nil), names...)
+	sort.Strings(s)
+	return strings.Join(s, "+")
+}
+
+// migModels returns a geometry and an oracle for every MIG-capable model in
+// the built-in catalog.
+func migModels(t testing.TB) map[string]*Geometry {
+	t.Helper()
+	out := map[string]*Geometry{}
+	for _, gpu := range catalog.Default().GPUs() {
+		if gpu.MIG == nil {
+			continue
+		}
+		geo, err := New(&gpu)
+		if err != nil {
+			t.Fatalf("model %s: %v", gpu.ID, err)
+		}
+		out[gpu.ID] = geo
+	}
+	if len(out) < 8 {
+		t.Fatalf("only %d MIG-capable models in the catalog", len(out))
+	}
+	return out
+}
