@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuslice/gpuslice/internal/catalog"
+)
+
+// Version is set at build time with -ldflags "-X ...cli.Version=v1.2.3".
+var Version = "dev"
+
+// env is what every command needs: where to write and which facts to use.
+type env struct {
+	out, errOut io.Writer
+	format      string
+	catalog     *catalog.Catalog
+}
+
+func (e *env) render(t *table, v any) error { return render(e.out, e.format, t, v) }
+
+// New builds the gpuslice command tree writing to out and errOut.
+func New(out, errOut io.Writer) *cobra.Command {
+	e := &env{out: out, errOut: errOut, catalog: catalog.Default()}
+	root := &cobra.Command{
+		Use:   "gpuslice",
+		Short: "Share GPUs safely: time-slicing, MPS and MIG behind one request model",
+		Long: `gpuslice lets many workloads and tenants share NVIDIA GPUs through
+time-slicing, CUDA MPS and MIG, alone or layered, behind one request model.
+
+This build has the catalog of GPU models, MIG profiles and cloud instance
+types, and the MIG geometry engine (validate, place, fit, evict).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if !slices.Contains(outputFormats, e.format) {
+				return fmt.Errorf("-o %q: unknown output format; valid: %s", e.format, strings.Join(outputFormats, ", "))
+			}
+			return nil
+		},
+	}
+	root.SetOut(out)
+	root.SetErr(errOut)
+	root.PersistentFlags().StringVarP(&e.format, "output", "o", "table", "output format: "+strings.Join(outputFormats, "|"))
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
+	root.AddCommand(catalogCmd(e), migCmd(e))
+	return root
+}
+
+// completeModels completes GPU model ids; onlyMIG limits them to
+// MIG-capable models.
+func completeModels(e *env, onlyMIG bool) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var ids []string
+		for _, g := range e.catalog.GPUs() {
+			if !onlyMIG || g.MIG != nil {
+				ids = append(ids, g.ID)
+			}
+		}
+		return ids, cobra.ShellCompDirectiveNoFileComp
+	}
+}

@@ -1,0 +1,4 @@
+// Package lint holds the repository's structural tests: every package has
+// exactly one doc comment, pure packages stay free of I/O, Kubernetes and
+// NVML, and main only wires. It has no code of its own.
+package lint

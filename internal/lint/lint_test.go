@@ -1,0 +1,172 @@
+package lint
+
+import (
+	"encoding/json"
+	"go/parser"
+	"go/token"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/gpuslice/gpuslice"
+
+type pkg struct {
+	Dir        string
+	ImportPath string
+	Name       string
+	GoFiles    []string
+	Imports    []string
+	Deps       []string
+}
+
+// packages lists every package of the module with its direct imports and
+// transitive dependencies.
+func packages(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps=false", "-json", "./...")
+	cmd.Dir = "../.."
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(out)
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if len(pkgs) < 4 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+func TestEveryPackageHasOneDocComment(t *testing.T) {
+	for _, p := range packages(t) {
+		var withDoc []string
+		for _, f := range p.GoFiles {
+			file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(p.Dir, f), nil, parser.PackageClauseOnly|parser.ParseComments)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if file.Doc != nil {
+				withDoc = append(withDoc, f)
+				want := "Package " + p.Name + " "
+				if p.Name == "main" {
+					want = "Command "
+				}
+				if !strings.HasPrefix(file.Doc.Text(), want) {
+					t.Errorf("%s/%s: doc comment should start with %q", p.ImportPath, f, want)
+				}
+			}
+		}
+		if len(withDoc) != 1 {
+			t.Errorf("%s: %d files carry a package doc comment (%v), want exactly 1", p.ImportPath, len(withDoc), withDoc)
+		}
+	}
+}
+
+// pure packages make decisions; they must not reach the outside world.
+var pure = []string{
+	module + "/internal/catalog",
+	module + "/internal/mig",
+	module + "/internal/alloc",
+	module + "/internal/plan",
+	module + "/internal/sim",
+}
+
+// forbiddenInPure are dependencies (direct or transitive) a pure package
+// may not have.
+var forbiddenInPure = []string{
+	"os/exec", "net", "net/http", "database/sql", "os/signal",
+	"k8s.io/", "sigs.k8s.io/controller-runtime", "github.com/NVIDIA/go-nvml",
+	"modernc.org/sqlite", "google.golang.org/grpc",
+}
+
+func matches(dep, rule string) bool {
+	if strings.HasSuffix(rule, "/") {
+		return strings.HasPrefix(dep, rule)
+	}
+	return dep == rule || strings.HasPrefix(dep, rule+"/")
+}
+
+func TestPurePackagesDoNoIO(t *testing.T) {
+	for _, p := range packages(t) {
+		if !slices.Contains(pure, p.ImportPath) {
+			continue
+		}
+		cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", p.ImportPath)
+		cmd.Dir = "../.."
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, rule := range forbiddenInPure {
+				if matches(dep, rule) {
+					t.Errorf("pure package %s depends on %s", p.ImportPath, dep)
+				}
+			}
+		}
+		// Direct use of os is I/O too (embed is how pure packages read data).
+		if slices.Contains(p.Imports, "os") {
+			t.Errorf("pure package %s imports os", p.ImportPath)
+		}
+	}
+}
+
+// Only the NVML adapter talks to go-nvml and only internal/k8s talks to
+// Kubernetes.
+func TestEdgeImportsStayAtTheirEdge(t *testing.T) {
+	for _, p := range packages(t) {
+		for _, imp := range p.Imports {
+			if matches(imp, "github.com/NVIDIA/go-nvml") && !strings.HasPrefix(p.ImportPath, module+"/internal/gpu/nvml") {
+				t.Errorf("%s imports %s; only internal/gpu/nvml may", p.ImportPath, imp)
+			}
+			if (matches(imp, "k8s.io/") || matches(imp, "sigs.k8s.io/controller-runtime")) && !strings.HasPrefix(p.ImportPath, module+"/internal/k8s") {
+				t.Errorf("%s imports %s; only internal/k8s/... may", p.ImportPath, imp)
+			}
+		}
+	}
+}
+
+// main only wires: it imports the command tree and the standard library,
+// and fits on a screen.
+func TestMainOnlyWires(t *testing.T) {
+	for _, p := range packages(t) {
+		if p.Name != "main" {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if strings.Contains(imp, ".") && !strings.HasPrefix(imp, module+"/internal/cli") {
+				t.Errorf("%s imports %s; main should only wire internal/cli", p.ImportPath, imp)
+			}
+		}
+		for _, f := range p.GoFiles {
+			b, err := os.ReadFile(filepath.Join(p.Dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(b), "\n"); n > 80 {
+				t.Errorf("%s/%s has %d lines; main should fit on a screen", p.ImportPath, f, n)
+			}
+		}
+	}
+}
