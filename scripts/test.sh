@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every check gpuslice has: formatting, vet, all tests, and a short
+# coverage-guided run of every fuzz target. This is the README's test
+# command and exactly what .ci/run calls. No GPU is needed.
+#
+#   FUZZTIME=30s ./scripts/test.sh   # fuzz longer (default 5s per target; 0 skips)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fuzztime="${FUZZTIME:-5s}"
+
+echo "== gofmt"
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test"
+go test -count=1 ./...
+
+if [ "$fuzztime" != "0" ]; then
+  echo "== fuzz ($fuzztime per target)"
+  for pkg in $(go list ./...); do
+    for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+      echo "-- $pkg $target"
+      go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 2s "$pkg" >/tmp/gpuslice-fuzz.log 2>&1 || {
+        cat /tmp/gpuslice-fuzz.log; exit 1; }
+    done
+  done
+fi
+
+echo "all checks passed"
