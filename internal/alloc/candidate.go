@@ -1,0 +1,458 @@
+package alloc
+
+import (
+	"fmt"
+
+	"github.com/gpuslice/gpuslice/internal/mig"
+)
+
+// kind orders candidates by how much they change: joining a device that is
+// already shared changes nothing, opening an idle device or creating a MIG
+// instance in free slices changes little, destroying idle instances more,
+// and switching a GPU's MIG mode resets it.
+type kind int
+
+const (
+	kindJoin kind = iota
+	kindOpen
+	kindEvict
+	kindSwitch
+)
+
+var kindNames = [...]string{"join", "open", "evict", "switch"}
+
+// cand is one way to serve one device of a request.
+type cand struct {
+	kind     kind
+	mode     Mode
+	modeRank int
+	dev      int // existing device, or -1 when one is created
+	gpu      int
+	profile  int // MIG profile index of a created instance, else -1
+	start    int
+	destroy  []int // devices destroyed first (evict, switch)
+	enable   bool  // switch: turn MIG on
+	disable  bool  // switch: turn MIG off
+	sharing  Sharing
+	mem      int64 // promised memory
+	comp     int   // promised compute
+	locked   int   // GPU share newly held, in 1/840ths (0 for a join)
+	tier     int
+	created  bool // the device is created (or re-created) by this candidate
+	fit      int64
+}
+
+// lockedUnits is the denominator of cand.locked: divisible by 7 and 8.
+const lockedUnits = 840
+
+// better reports whether a beats b under the fleet's policy. The order is
+// total: kind, GPU share newly held, mechanism preference, touch tier
+// (binpack: touched first; spread: untouched first), tightness of fit
+// (binpack: least left; spread: most left), then GPU and device order.
+func (s *State) better(a, b *cand) bool {
+	if a.kind != b.kind {
+		return a.kind < b.kind
+	}
+	if a.locked != b.locked {
+		return a.locked < b.locked
+	}
+	if a.modeRank != b.modeRank {
+		return a.modeRank < b.modeRank
+	}
+	spread := s.policy.Placement == "spread"
+	if a.tier != b.tier {
+		return (a.tier < b.tier) != spread
+	}
+	if a.created != b.created {
+		return !a.created // an existing device before a new instance
+	}
+	if a.fit != b.fit {
+		return (a.fit < b.fit) != spread
+	}
+	if a.dev >= 0 && b.dev >= 0 {
+		return a.dev < b.dev
+	}
+	if a.gpu != b.gpu {
+		return a.gpu < b.gpu
+	}
+	return a.start < b.start
+}
+
+// need is one device of a request being placed, with what it rules out.
+type need struct {
+	claim   *Claim
+	req     *Request
+	iso     Isolation
+	choices []choice
+	taken   map[int]bool // devices this claim already holds
+	onNode  int          // -1, or the only node allowed
+	onGPU   int          // -1, or the only GPU allowed
+}
+
+// reason is why a device or GPU was rejected; higher values got further
+// through the pipeline, and a node reports its furthest.
+type reason int
+
+const (
+	rNone reason = iota
+	rUnschedulable
+	rUnhealthy
+	rConstraint
+	rSelector
+	rMode
+	rProfile
+	rIsolation
+	rMemory
+	rCompute
+	rSlots
+	rLayout
+	rInUse
+	rOK
+)
+
+var reasonText = map[reason]string{
+	rUnschedulable: "node unschedulable",
+	rUnhealthy:     "GPU unhealthy",
+	rConstraint:    "constraint not met",
+	rSelector:      "selector mismatch",
+	rMode:          "sharing mode mismatch",
+	rProfile:       "no matching MIG profile",
+	rIsolation:     "tenant isolation",
+	rMemory:        "insufficient GPU memory",
+	rCompute:       "insufficient compute",
+	rSlots:         "no free replica or MPS client slot",
+	rLayout:        "no room for a MIG instance",
+	rInUse:         "MIG instances in use",
+}
+
+// replicasFor and clientsFor give a device's sharing limits, filling in
+// the fleet's defaults for dynamic devices.
+func (s *State) shareFor(mode Mode, compute int, sh Sharing) Sharing {
+	switch mode {
+	case TimeSlice:
+		if sh.Mode != TimeSlice {
+			r := s.policy.DefaultReplicas
+			if r <= 0 {
+				r = 4
+			}
+			return Sharing{Mode: TimeSlice, Replicas: r, Interval: "Default"}
+		}
+	case MPS:
+		if sh.Mode != MPS {
+			c := s.policy.DefaultMaxClients
+			if c <= 0 {
+				c = MaxMPSClients
+			}
+			// MPS client limits shrink with a MIG instance's compute share.
+			c = max(1, c*compute/100)
+			return Sharing{Mode: MPS, MaxClients: c}
+		}
+	case Exclusive, MIG:
+		return Sharing{Mode: Exclusive}
+	}
+	return sh
+}
+
+// promise is what a request gets on a device of this size and sharing.
+func promise(r *Request, mode Mode, memMiB int64, compute int, sh Sharing) (int64, int) {
+	switch mode {
+	case TimeSlice:
+		mem := r.MemoryMiB
+		if mem == 0 {
+			mem = memMiB / int64(max(sh.Replicas, 1))
+		}
+		return mem, r.ComputePercent
+	case MPS:
+		mem := r.MemoryMiB
+		if mem == 0 {
+			mem = sh.DefaultPinnedMiB
+			if mem == 0 {
+				mem = memMiB / int64(max(sh.MaxClients, 1))
+			}
+		}
+		return mem, r.ComputePercent
+	}
+	return memMiB, compute
+}
+
+// modeFits says whether an idle device configured with sh may serve mode.
+func modeFits(sh Sharing, mode Mode) bool {
+	m := normMode(sh.Mode)
+	if m == Dynamic {
+		return true
+	}
+	switch mode {
+	case Exclusive, MIG:
+		return m == Exclusive
+	}
+	return m == mode
+}
+
+// tenancyAllows applies the isolation rules to joining device d.
+func tenancyAllows(d *devState, tenant string, iso Isolation) bool {
+	if iso == IsolationHardware || d.hardware {
+		return false
+	}
+	if iso == IsolationTenant {
+		return len(d.tenants) == 1 && d.tenants[0].name == tenant
+	}
+	// none: every claim with tenant isolation must be of the same tenant
+	if d.strict == 0 {
+		return true
+	}
+	return len(d.tenants) == 1 && d.tenants[0].name == tenant
+}
+
+// tryJoin checks a device in use.
+func (s *State) tryJoin(n *need, di int, ch choice, rank int) (cand, reason) {
+	d := &s.devs[di]
+	g := &s.gpus[d.gpu]
+	switch {
+	case !d.alive || d.idle():
+		return cand{}, rMode
+	case s.nodes[g.node].node.Unschedulable:
+		return cand{}, rUnschedulable
+	case !g.healthy:
+		return cand{}, rUnhealthy
+	case n.taken[di] || (n.onGPU >= 0 && d.gpu != n.onGPU) || (n.onNode >= 0 && g.node != n.onNode):
+		return cand{}, rConstraint
+	case !s.matchDevice(n.req.Selector, di):
+		return cand{}, rSelector
+	case d.mode != ch.mode || (ch.mode != TimeSlice && ch.mode != MPS) || (ch.inMIG && !d.isMIG):
+		return cand{}, rMode
+	case n.req.Profile != "" && (!d.isMIG || !sameProfile(g, d.profile, n.req.Profile)):
+		return cand{}, rProfile
+	case !tenancyAllows(d, n.claim.Tenant, n.iso):
+		return cand{}, rIsolation
+	}
+	mem, comp := promise(n.req, ch.mode, d.memMiB, d.compute, d.sharing)
+	switch {
+	case d.usedMem+mem > d.memMiB:
+		return cand{}, rMemory
+	case d.usedComp+comp > d.compute:
+		return cand{}, rCompute
+	case d.clients >= slotLimit(d.sharing):
+		return cand{}, rSlots
+	}
+	return cand{kind: kindJoin, mode: ch.mode, modeRank: rank, dev: di, gpu: d.gpu, profile: -1,
+		sharing: d.sharing, mem: mem, comp: comp, tier: s.tierOf(d.gpu), fit: d.memMiB - d.usedMem - mem}, rOK
+}
+
+func slotLimit(sh Sharing) int {
+	switch sh.Mode {
+	case TimeSlice:
+		return sh.Replicas
+	case MPS:
+		return sh.MaxClients
+	}
+	return 1
+}
+
+func sameProfile(g *gpuState, p int, name string) bool {
+	q, err := g.geo.Profile(name)
+	return err == nil && q == p
+}
+
+// tryOpen checks an idle existing device.
+func (s *State) tryOpen(n *need, di int, ch choice, rank int) (cand, reason) {
+	d := &s.devs[di]
+	g := &s.gpus[d.gpu]
+	switch {
+	case !d.alive || !d.idle():
+		return cand{}, rMode
+	case s.nodes[g.node].node.Unschedulable:
+		return cand{}, rUnschedulable
+	case !g.healthy:
+		return cand{}, rUnhealthy
+	case n.taken[di] || (n.onGPU >= 0 && d.gpu != n.onGPU) || (n.onNode >= 0 && g.node != n.onNode):
+		return cand{}, rConstraint
+	case !s.matchDevice(n.req.Selector, di):
+		return cand{}, rSelector
+	case !modeFits(d.sharing, ch.mode) || (ch.inMIG && !d.isMIG) || (ch.mode == Exclusive && !ch.inMIG && d.isMIG):
+		return cand{}, rMode
+	case n.req.Profile != "" && (!d.isMIG || !sameProfile(g, d.profile, n.req.Profile)):
+		return cand{}, rProfile
+	}
+	sh := s.shareFor(ch.mode, d.compute, d.sharing)
+	return s.finishNew(n, ch, rank, cand{kind: kindOpen, dev: di, gpu: d.gpu, profile: -1, start: d.start},
+		d.memMiB, d.compute, sh, s.lockedOf(d))
+}
+
+// finishNew checks capacity on a device the candidate takes fresh.
+func (s *State) finishNew(n *need, ch choice, rank int, c cand, memMiB int64, compute int, sh Sharing, locked int) (cand, reason) {
+	if n.req.MemoryMiB > memMiB {
+		return cand{}, rMemory
+	}
+	if n.req.ComputePercent > compute {
+		return cand{}, rCompute
+	}
+	mem, comp := promise(n.req, ch.mode, memMiB, compute, sh)
+	if mem > memMiB {
+		return cand{}, rMemory
+	}
+	c.mode, c.modeRank, c.sharing, c.mem, c.comp, c.locked = ch.mode, rank, sh, mem, comp, locked
+	c.tier = s.tierOf(c.gpu)
+	if !c.created {
+		c.fit = memMiB - mem
+	}
+	return c, rOK
+}
+
+// lockedOf is the share of its GPU a device holds, in 1/840ths.
+func (s *State) lockedOf(d *devState) int {
+	if !d.isMIG {
+		return lockedUnits
+	}
+	g := &s.gpus[d.gpu]
+	return lockedUnits * g.geo.Shapes[d.profile].Size / g.geo.Slices
+}
+
+// profilesFor lists the MIG profiles of a GPU that could serve a request:
+// the named one, or every profile without media extensions that has the
+// memory and compute it asks for.
+func (s *State) profilesFor(n *need, gi int) ([]int, reason) {
+	g := &s.gpus[gi]
+	if n.req.Profile != "" {
+		p, err := g.geo.Profile(n.req.Profile)
+		if err != nil {
+			return nil, rProfile
+		}
+		return []int{p}, rOK
+	}
+	var out []int
+	why := rMemory
+	for p, sh := range g.geo.Shapes {
+		if sh.ME {
+			continue
+		}
+		d := s.migDevice(gi, p, 0, "", Sharing{})
+		if d.memMiB < n.req.MemoryMiB {
+			continue
+		}
+		if d.compute < n.req.ComputePercent {
+			why = rCompute
+			continue
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, why
+	}
+	return out, rOK
+}
+
+// tryCreate checks a new MIG instance of profile p on GPU gi.
+func (s *State) tryCreate(n *need, gi, p int, ch choice, rank int) (cand, reason) {
+	g := &s.gpus[gi]
+	switch {
+	case s.nodes[g.node].node.Unschedulable:
+		return cand{}, rUnschedulable
+	case !g.healthy:
+		return cand{}, rUnhealthy
+	case (n.onGPU >= 0 && gi != n.onGPU) || (n.onNode >= 0 && g.node != n.onNode):
+		return cand{}, rConstraint
+	case !g.migOn || !g.dynamic:
+		return cand{}, rMode
+	case ch.mode == Exclusive && !ch.inMIG:
+		return cand{}, rMode
+	case !s.matchVirtual(n.req.Selector, gi, p):
+		return cand{}, rSelector
+	}
+	start, ok := g.geo.BestStart(g.occ, p)
+	if !ok {
+		return cand{}, rLayout
+	}
+	d := s.migDevice(gi, p, start, "", Sharing{})
+	sh := s.shareFor(ch.mode, d.compute, Sharing{Mode: Dynamic})
+	after := g.geo.Add(g.occ, p, start)
+	return s.finishNew(n, ch, rank, cand{kind: kindOpen, dev: -1, gpu: gi, profile: p, start: start, created: true,
+		fit: int64(g.geo.Capacity(after))}, d.memMiB, d.compute, sh, lockedUnits*g.geo.Shapes[p].Size/g.geo.Slices)
+}
+
+// tryEvict checks destroying idle instances on GPU gi to create profile p.
+func (s *State) tryEvict(n *need, gi, p int, ch choice, rank int) (cand, reason) {
+	g := &s.gpus[gi]
+	if c, r := s.tryCreate(n, gi, p, ch, rank); r != rLayout {
+		return c, r // no eviction needed, or a reason eviction cannot fix
+	}
+	held := make([]mig.Held, len(g.inst))
+	for i, di := range g.inst {
+		d := &s.devs[di]
+		held[i] = mig.Held{Instance: mig.Instance{Profile: g.geo.Shapes[d.profile].Name, Start: d.start},
+			InUse: !d.idle() || n.taken[di]}
+	}
+	plan, err := g.geo.Evict(held, g.geo.Shapes[p].Name)
+	if err != nil {
+		return cand{}, rInUse
+	}
+	var destroy []int
+	for _, in := range plan.Destroy {
+		for _, di := range g.inst {
+			d := &s.devs[di]
+			if d.start == in.Start && g.geo.Shapes[d.profile].Name == in.Profile {
+				destroy = append(destroy, di)
+			}
+		}
+	}
+	d := s.migDevice(gi, p, plan.Place.Start, "", Sharing{})
+	sh := s.shareFor(ch.mode, d.compute, Sharing{Mode: Dynamic})
+	return s.finishNew(n, ch, rank, cand{kind: kindEvict, dev: -1, gpu: gi, profile: p, start: plan.Place.Start,
+		destroy: destroy, created: true, fit: int64(len(destroy))*1000 + int64(plan.Capacity)},
+		d.memMiB, d.compute, sh, lockedUnits*g.geo.Shapes[p].Size/g.geo.Slices)
+}
+
+// trySwitch checks changing an idle GPU's MIG mode to serve the request.
+func (s *State) trySwitch(n *need, gi int, ch choice, rank int) (cand, reason) {
+	g := &s.gpus[gi]
+	switch {
+	case !s.policy.AllowModeSwitch || g.geo == nil:
+		return cand{}, rMode
+	case s.nodes[g.node].node.Unschedulable:
+		return cand{}, rUnschedulable
+	case !g.healthy:
+		return cand{}, rUnhealthy
+	case (n.onGPU >= 0 && gi != n.onGPU) || (n.onNode >= 0 && g.node != n.onNode):
+		return cand{}, rConstraint
+	case g.touched > 0:
+		return cand{}, rInUse
+	}
+	if !g.migOn {
+		if !ch.inMIG && ch.mode != MIG {
+			return cand{}, rMode
+		}
+		ps, r := s.profilesFor(n, gi)
+		if r != rOK {
+			return cand{}, r
+		}
+		best, bestR := cand{}, rSelector
+		for _, p := range ps {
+			if !s.matchVirtual(n.req.Selector, gi, p) {
+				continue
+			}
+			start, _ := g.geo.BestStart(mig.Occupancy{}, p)
+			d := s.migDevice(gi, p, start, "", Sharing{})
+			sh := s.shareFor(ch.mode, d.compute, Sharing{Mode: Dynamic})
+			c, r := s.finishNew(n, ch, rank, cand{kind: kindSwitch, dev: -1, gpu: gi, profile: p, start: start,
+				enable: true, created: true, destroy: []int{g.whole}}, d.memMiB, d.compute, sh, lockedUnits*g.geo.Shapes[p].Size/g.geo.Slices)
+			if r == rOK && (bestR != rOK || s.better(&c, &best)) {
+				best, bestR = c, r
+			} else if bestR != rOK && r > bestR {
+				bestR = r
+			}
+		}
+		return best, bestR
+	}
+	if ch.inMIG || ch.mode == MIG {
+		return cand{}, rMode
+	}
+	if !s.matchVirtual(n.req.Selector, gi, -1) {
+		return cand{}, rSelector
+	}
+	sh := s.shareFor(ch.mode, 100, Sharing{Mode: Dynamic})
+	return s.finishNew(n, ch, rank, cand{kind: kindSwitch, dev: -1, gpu: gi, profile: -1, disable: true,
+		created: true, destroy: append([]int(nil), g.inst...)}, g.model.MemoryMiB, 100, sh, lockedUnits)
+}
+
+func (c *cand) String() string {
+	return fmt.Sprintf("%s %s", kindNames[c.kind], c.mode)
+}

@@ -1,0 +1,186 @@
+package alloc
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/google/cel-go/cel"
+)
+
+// Selectors are CEL expressions, as in Kubernetes DRA, over two variables:
+//
+//	device.driver                         "gpu.nvidia.com"
+//	device.attributes['gpu.nvidia.com']   type ("gpu" or "mig"), uuid, parentUUID,
+//	                                      model, productName, architecture,
+//	                                      cudaComputeCapability, index, profile,
+//	                                      memoryMiB, computePercent, migCapable
+//	device.capacity['gpu.nvidia.com']     memory (bytes), memoryMiB
+//	node                                  name, labels, instanceType
+//
+// e.g. device.attributes['gpu.nvidia.com'].profile == '1g.5gb' or
+// node.labels['zone'] == 'a' && device.attributes['gpu.nvidia.com'].memoryMiB >= 40000.
+const driverName = "gpu.nvidia.com"
+
+var celEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable("device", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("node", cel.MapType(cel.StringType, cel.DynType)),
+	)
+})
+
+// CompileSelector checks a selector and returns why it is invalid.
+func CompileSelector(expr string) (cel.Program, error) {
+	env, err := celEnv()
+	if err != nil {
+		return nil, err
+	}
+	ast, iss := env.Compile(expr)
+	if iss.Err() != nil {
+		return nil, fmt.Errorf("selector %q: %w", expr, iss.Err())
+	}
+	if t := ast.OutputType(); t != cel.BoolType && t != cel.DynType {
+		return nil, fmt.Errorf("selector %q: evaluates to %s, want bool", expr, t)
+	}
+	prg, err := env.Program(ast, cel.CostLimit(100000))
+	if err != nil {
+		return nil, fmt.Errorf("selector %q: %w", expr, err)
+	}
+	return prg, nil
+}
+
+// selectorCache remembers compiled selectors and their answers per device;
+// attributes never change for a device, so answers can be shared by clones.
+type selectorCache struct {
+	mu   sync.Mutex
+	sels map[string]*compiled
+}
+
+type compiled struct {
+	prg     cel.Program
+	byDev   []int8 // 0 unknown, 1 match, 2 no match
+	virtual map[virtKey]bool
+}
+
+type virtKey struct{ gpu, profile int }
+
+func newSelectorCache() *selectorCache { return &selectorCache{sels: map[string]*compiled{}} }
+
+func (c *selectorCache) get(expr string) (*compiled, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sc, ok := c.sels[expr]; ok {
+		return sc, nil
+	}
+	prg, err := CompileSelector(expr)
+	if err != nil {
+		return nil, err
+	}
+	sc := &compiled{prg: prg, virtual: map[virtKey]bool{}}
+	c.sels[expr] = sc
+	return sc, nil
+}
+
+func eval(prg cel.Program, dev, node map[string]any) bool {
+	out, _, err := prg.Eval(map[string]any{"device": dev, "node": node})
+	if err != nil {
+		return false // a missing attribute does not match, as in DRA
+	}
+	b, ok := out.Value().(bool)
+	return ok && b
+}
+
+// matchDevice evaluates a request's selector on an existing device.
+func (s *State) matchDevice(expr string, di int) bool {
+	if expr == "" {
+		return true
+	}
+	sc, err := s.sel.get(expr)
+	if err != nil {
+		return false
+	}
+	s.sel.mu.Lock()
+	defer s.sel.mu.Unlock()
+	for len(sc.byDev) <= di {
+		sc.byDev = append(sc.byDev, 0)
+	}
+	if sc.byDev[di] == 0 {
+		d := &s.devs[di]
+		sc.byDev[di] = 2
+		if eval(sc.prg, d.attrs, s.nodes[s.gpus[d.gpu].node].attrs) {
+			sc.byDev[di] = 1
+		}
+	}
+	return sc.byDev[di] == 1
+}
+
+// matchVirtual evaluates a selector on a MIG instance of profile p that
+// GPU gi would get (profile -1: the whole GPU after a mode switch).
+func (s *State) matchVirtual(expr string, gi, p int) bool {
+	if expr == "" {
+		return true
+	}
+	sc, err := s.sel.get(expr)
+	if err != nil {
+		return false
+	}
+	s.sel.mu.Lock()
+	defer s.sel.mu.Unlock()
+	k := virtKey{gi, p}
+	if v, ok := sc.virtual[k]; ok {
+		return v
+	}
+	var d devState
+	if p < 0 {
+		g := &s.gpus[gi]
+		d = devState{gpu: gi, id: g.spec.UUID, memMiB: g.model.MemoryMiB, compute: 100}
+	} else {
+		d = s.migDevice(gi, p, 0, "", Sharing{})
+	}
+	v := eval(sc.prg, s.deviceAttrs(&d), s.nodes[s.gpus[gi].node].attrs)
+	sc.virtual[k] = v
+	return v
+}
+
+// deviceAttrs builds the `device` variable of a device.
+func (s *State) deviceAttrs(d *devState) map[string]any {
+	g := &s.gpus[d.gpu]
+	a := map[string]any{
+		"type":                  "gpu",
+		"uuid":                  d.id,
+		"model":                 g.model.ID,
+		"productName":           firstOr(g.model.ProductNames, g.model.Name),
+		"architecture":          g.model.Arch,
+		"cudaComputeCapability": g.model.ComputeCapability,
+		"index":                 int64(g.spec.Index),
+		"memoryMiB":             d.memMiB,
+		"computePercent":        int64(d.compute),
+		"migCapable":            g.model.MIG != nil,
+	}
+	if d.isMIG {
+		a["type"] = "mig"
+		a["parentUUID"] = g.spec.UUID
+		a["profile"] = g.geo.Shapes[d.profile].Name
+	} else {
+		a["parentUUID"] = g.spec.UUID
+	}
+	return map[string]any{
+		"driver":     driverName,
+		"attributes": map[string]any{driverName: a},
+		"capacity":   map[string]any{driverName: map[string]any{"memory": d.memMiB << 20, "memoryMiB": d.memMiB}},
+	}
+}
+
+func nodeAttrs(n *Node) map[string]any {
+	labels := map[string]any{}
+	for k, v := range n.Labels {
+		labels[k] = v
+	}
+	return map[string]any{"name": n.Name, "labels": labels, "instanceType": n.InstanceType}
+}
+
+func firstOr(xs []string, def string) string {
+	if len(xs) > 0 {
+		return xs[0]
+	}
+	return def
+}

@@ -1,0 +1,298 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/mig"
+)
+
+// State is the allocator's working copy of a fleet and its allocations,
+// indexed for fast decisions. Allocate reads it; only Apply and Release
+// change it. A State is not safe for concurrent use; Clone it instead.
+type State struct {
+	cat    *catalog.Catalog
+	policy Policy
+	geos   map[string]*mig.Geometry
+	models map[string]*catalog.GPU
+
+	nodes []nodeState
+	gpus  []gpuState
+	devs  []devState
+
+	allocs map[string]*Allocation
+	byUUID map[string]int // device uuid or planned id -> device index
+	gpuIdx map[string]int // GPU uuid -> GPU index (immutable)
+	idx    index
+	sel    *selectorCache
+}
+
+type nodeState struct {
+	node    *Node
+	gpus    []int
+	touched int // device assignments on this node
+	attrs   map[string]any
+}
+
+type gpuState struct {
+	node     int
+	spec     *GPU
+	model    *catalog.GPU
+	geo      *mig.Geometry // nil when the model has no MIG
+	migOn    bool
+	dynamic  bool
+	healthy  bool
+	whole    int   // device index of the whole GPU when MIG is off, else -1
+	inst     []int // device indices of live MIG instances
+	allDevs  []int // every device index ever on this GPU, dead ones too
+	occ      mig.Occupancy
+	touched  int // device assignments on this GPU
+	occKey   occKey
+	inOccIdx bool
+}
+
+type devState struct {
+	gpu     int
+	alive   bool
+	id      string // uuid, or "<gpu>/<profile>@<start>" for a planned instance
+	isMIG   bool
+	profile int // geometry profile index when isMIG
+	start   int
+	memMiB  int64
+	compute int // percent of a whole GPU this device has
+	sharing Sharing
+
+	// usage
+	mode     Mode // the mode serving current claims ("" when idle)
+	usedMem  int64
+	usedComp int
+	clients  int
+	slots    uint64 // replica / client slots in use
+	tenants  []tenantUse
+	strict   int  // claims with tenant isolation
+	hardware bool // held alone (exclusive, mig or hardware isolation)
+	attrs    map[string]any
+}
+
+type tenantUse struct {
+	name string
+	n    int
+}
+
+func (d *devState) idle() bool { return d.clients == 0 }
+
+// Options configure a State.
+type Options struct {
+	// Catalog defaults to catalog.Default().
+	Catalog *catalog.Catalog
+}
+
+// NewState indexes a fleet and the allocations already made on it. It
+// checks the fleet (unknown models, invalid MIG layouts, duplicate ids) and
+// re-applies every allocation, so a snapshot that would break a capacity
+// rule is rejected rather than trusted.
+func NewState(f Fleet, existing []Allocation, opts Options) (*State, error) {
+	cat := opts.Catalog
+	if cat == nil {
+		cat = catalog.Default()
+	}
+	s := &State{cat: cat, policy: f.Policy, geos: map[string]*mig.Geometry{}, models: map[string]*catalog.GPU{},
+		allocs: map[string]*Allocation{}, byUUID: map[string]int{}, gpuIdx: map[string]int{}, sel: newSelectorCache()}
+	if s.policy.Placement == "" {
+		s.policy.Placement = "binpack"
+	}
+	if s.policy.Placement != "binpack" && s.policy.Placement != "spread" {
+		return nil, fmt.Errorf("policy.placement %q: want binpack or spread", s.policy.Placement)
+	}
+	var errs []error
+	nodeNames := map[string]bool{}
+	for ni := range f.Nodes {
+		n := &f.Nodes[ni]
+		if n.Name == "" || nodeNames[n.Name] {
+			errs = append(errs, fmt.Errorf("nodes[%d]: name %q is empty or repeated", ni, n.Name))
+			continue
+		}
+		nodeNames[n.Name] = true
+		s.nodes = append(s.nodes, nodeState{node: n, attrs: nodeAttrs(n)})
+		for gi := range n.GPUs {
+			if err := s.addGPU(len(s.nodes)-1, &n.GPUs[gi]); err != nil {
+				errs = append(errs, fmt.Errorf("node %s gpu %d: %w", n.Name, gi, err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	s.idx = newIndex(s)
+	for i := range existing {
+		a := existing[i]
+		if err := s.Apply(&a); err != nil {
+			return nil, fmt.Errorf("existing allocation %s: %w", a.Claim, err)
+		}
+	}
+	return s, nil
+}
+
+func (s *State) geometry(m *catalog.GPU) (*mig.Geometry, error) {
+	if m.MIG == nil {
+		return nil, nil
+	}
+	if g, ok := s.geos[m.ID]; ok {
+		return g, nil
+	}
+	g, err := mig.New(m)
+	if err != nil {
+		return nil, err
+	}
+	s.geos[m.ID] = g
+	return g, nil
+}
+
+func (s *State) addGPU(ni int, g *GPU) error {
+	if g.UUID == "" {
+		return fmt.Errorf("uuid is empty")
+	}
+	if _, dup := s.byUUID[g.UUID]; dup {
+		return fmt.Errorf("uuid %s is repeated", g.UUID)
+	}
+	model, ok := s.models[g.Model]
+	if !ok {
+		m, err := s.cat.GPU(g.Model)
+		if err != nil {
+			return err
+		}
+		s.models[g.Model], model = m, m
+	}
+	geo, err := s.geometry(model)
+	if err != nil {
+		return err
+	}
+	if g.MIGEnabled && geo == nil {
+		return fmt.Errorf("MIG is enabled but %s does not support MIG", model.ID)
+	}
+	if err := checkSharing(g.Sharing, "sharing"); err != nil {
+		return err
+	}
+	gs := gpuState{node: ni, spec: g, model: model, geo: geo, migOn: g.MIGEnabled,
+		dynamic: g.DynamicMIG && geo != nil, healthy: g.Healthy, whole: -1}
+	gi := len(s.gpus)
+	s.gpuIdx[g.UUID] = gi
+	s.nodes[ni].gpus = append(s.nodes[ni].gpus, gi)
+	s.gpus = append(s.gpus, gs)
+	if !g.MIGEnabled {
+		s.gpus[gi].whole = s.addDevice(devState{gpu: gi, alive: true, id: g.UUID,
+			memMiB: model.MemoryMiB, compute: 100, sharing: g.Sharing})
+		s.byUUID[g.UUID] = s.gpus[gi].whole
+		return nil
+	}
+	s.byUUID[g.UUID] = -1 - gi // the GPU itself is not a device
+	layout := make(mig.Layout, len(g.Instances))
+	for i, in := range g.Instances {
+		layout[i] = mig.Instance{Profile: in.Profile, Start: in.Start}
+	}
+	occ, err := geo.Occupancy(layout)
+	if err != nil {
+		return err
+	}
+	s.gpus[gi].occ = occ
+	for i, in := range g.Instances {
+		if err := checkSharing(in.Sharing, fmt.Sprintf("instances[%d].sharing", i)); err != nil {
+			return err
+		}
+		id := in.UUID
+		if id == "" {
+			id = plannedID(g.UUID, in.Profile, in.Start)
+		}
+		if _, dup := s.byUUID[id]; dup {
+			return fmt.Errorf("instance uuid %s is repeated", id)
+		}
+		p, _ := geo.Profile(in.Profile)
+		di := s.addDevice(s.migDevice(gi, p, in.Start, id, in.Sharing))
+		s.gpus[gi].inst = append(s.gpus[gi].inst, di)
+		s.byUUID[id] = di
+	}
+	return nil
+}
+
+func (s *State) migDevice(gi, p, start int, id string, sh Sharing) devState {
+	g := &s.gpus[gi]
+	shape := &g.geo.Shapes[p]
+	mem := shape.MemoryMiB
+	if mem <= 0 {
+		mem = g.model.MemoryMiB * int64(shape.Size) / int64(g.geo.Slices)
+	}
+	return devState{gpu: gi, alive: true, id: id, isMIG: true, profile: p, start: start,
+		memMiB: mem, compute: shape.Compute * 100 / g.geo.ComputeSlices, sharing: sh}
+}
+
+func (s *State) addDevice(d devState) int {
+	d.attrs = s.deviceAttrs(&d)
+	s.devs = append(s.devs, d)
+	di := len(s.devs) - 1
+	s.gpus[d.gpu].allDevs = append(s.gpus[d.gpu].allDevs, di)
+	return di
+}
+
+// plannedID names an instance that does not exist yet.
+func plannedID(gpu, profile string, start int) string {
+	return fmt.Sprintf("%s/%s@%d", gpu, profile, start)
+}
+
+func checkSharing(sh Sharing, field string) error {
+	switch sh.Mode {
+	case "", Exclusive, Dynamic:
+	case TimeSlice:
+		if sh.Replicas < 1 {
+			return fmt.Errorf("%s.replicas %d: a time-sliced device needs at least 1 replica", field, sh.Replicas)
+		}
+		if sh.Replicas > 64 {
+			return fmt.Errorf("%s.replicas %d: at most 64 replicas per device", field, sh.Replicas)
+		}
+		switch sh.Interval {
+		case "", "Default", "Short", "Medium", "Long":
+		default:
+			return fmt.Errorf("%s.interval %q: want Default, Short, Medium or Long", field, sh.Interval)
+		}
+	case MPS:
+		if sh.MaxClients < 1 || sh.MaxClients > MaxMPSClients {
+			return fmt.Errorf("%s.maxClients %d: MPS takes 1..%d clients per device", field, sh.MaxClients, MaxMPSClients)
+		}
+		if sh.DefaultThreadPercent < 0 || sh.DefaultThreadPercent > 100 {
+			return fmt.Errorf("%s.defaultThreadPercent %d: want 0..100", field, sh.DefaultThreadPercent)
+		}
+	default:
+		return fmt.Errorf("%s.mode %q: want exclusive, timeslice, mps or dynamic", field, sh.Mode)
+	}
+	return nil
+}
+
+// Clone returns an independent copy for what-if decisions.
+func (s *State) Clone() *State {
+	c := *s
+	c.nodes = slices.Clone(s.nodes)
+	c.gpus = slices.Clone(s.gpus)
+	for i := range c.gpus {
+		c.gpus[i].inst = slices.Clone(s.gpus[i].inst)
+		c.gpus[i].allDevs = slices.Clone(s.gpus[i].allDevs)
+	}
+	c.devs = slices.Clone(s.devs)
+	for i := range c.devs {
+		c.devs[i].tenants = slices.Clone(s.devs[i].tenants)
+	}
+	c.allocs = make(map[string]*Allocation, len(s.allocs))
+	for k, v := range s.allocs {
+		c.allocs[k] = v
+	}
+	c.byUUID = make(map[string]int, len(s.byUUID))
+	for k, v := range s.byUUID {
+		c.byUUID[k] = v
+	}
+	c.idx = s.idx.clone()
+	c.sel = s.sel // results depend only on immutable attributes
+	return &c
+}
+
+// Allocations returns the committed allocations (do not modify them).
+func (s *State) Allocations() map[string]*Allocation { return s.allocs }

@@ -1,0 +1,108 @@
+package alloc
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gpuslice/gpuslice/internal/mig"
+)
+
+// Limits on what one claim may ask for.
+const (
+	MaxDevicesPerClaim = 64
+	maxMemoryMiB       = 16 << 20 // 16 TiB: far above any GPU
+)
+
+// FieldError is one problem with a claim, with the path of the field.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// ValidateClaim checks a claim and returns every problem at once, each
+// naming its field and what would be valid.
+func ValidateClaim(c *Claim) error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	if c.Tenant == "" {
+		bad("tenant", "is empty; every claim belongs to a tenant")
+	}
+	switch c.Isolation {
+	case "", IsolationNone, IsolationTenant, IsolationHardware:
+	default:
+		bad("isolation", "%q: want none, tenant or hardware", c.Isolation)
+	}
+	if len(c.Requests) == 0 {
+		bad("requests", "is empty; a claim asks for at least one device")
+	}
+	names := map[string]bool{}
+	total, mpsDevices := 0, 0
+	for i := range c.Requests {
+		r := &c.Requests[i]
+		f := func(name string) string { return fmt.Sprintf("requests[%d].%s", i, name) }
+		if r.Name == "" {
+			bad(f("name"), "is empty")
+		} else if names[r.Name] {
+			bad(f("name"), "%q is used twice", r.Name)
+		}
+		names[r.Name] = true
+		count := max(r.Count, 1)
+		if r.Count < 0 || r.Count > MaxDevicesPerClaim {
+			bad(f("count"), "%d: want 1..%d", r.Count, MaxDevicesPerClaim)
+		}
+		total += count
+		if r.MemoryMiB < 0 || r.MemoryMiB > maxMemoryMiB {
+			bad(f("memoryMiB"), "%d: want 0..%d (0 = an equal share of the device)", r.MemoryMiB, maxMemoryMiB)
+		}
+		if r.ComputePercent < 0 || r.ComputePercent > 100 {
+			bad(f("computePercent"), "%d: want 0..100 (percent of one whole GPU)", r.ComputePercent)
+		}
+		switch r.Mode {
+		case "", Auto, Exclusive, TimeSlice, MPS, MIG:
+		default:
+			bad(f("mode"), "%q: want auto, exclusive, timeslice, mps or mig", r.Mode)
+		}
+		if r.Mode == MPS {
+			mpsDevices += count
+		}
+		if r.Profile != "" {
+			if _, err := mig.ParseProfileName(r.Profile); err != nil {
+				bad(f("profile"), "%v", err)
+			}
+		}
+		switch r.Workload {
+		case WorkloadUnknown, WorkloadInference, WorkloadInteractive, WorkloadBatch, WorkloadTraining:
+		default:
+			bad(f("workload"), "%q: want inference, interactive, batch or training", r.Workload)
+		}
+		if r.Selector != "" {
+			if _, err := CompileSelector(r.Selector); err != nil {
+				bad(f("selector"), "%v", err)
+			}
+		}
+		if c.Isolation == IsolationHardware && (r.Mode == TimeSlice || r.Mode == MPS) {
+			bad(f("mode"), "%s shares a device, but isolation hardware needs a MIG instance or a whole GPU alone: use mode mig, exclusive or auto", r.Mode)
+		}
+	}
+	if total > MaxDevicesPerClaim {
+		bad("requests", "%d devices in all; at most %d per claim", total, MaxDevicesPerClaim)
+	}
+	if mpsDevices > 1 {
+		bad("requests", "%d MPS devices: an MPS client talks to one control daemon, so a claim takes at most one MPS device", mpsDevices)
+	}
+	for i, con := range c.Constraints {
+		if con.Match != "node" && con.Match != "gpu" {
+			bad(fmt.Sprintf("constraints[%d].match", i), "%q: want node or gpu", con.Match)
+		}
+		for j, rn := range con.Requests {
+			if !names[rn] {
+				bad(fmt.Sprintf("constraints[%d].requests[%d]", i, j), "%q is not a request of this claim", rn)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
