@@ -93,14 +93,19 @@ var pure = []string{
 }
 
 // forbiddenInPure are dependencies (direct or transitive) a pure package
-// may not have.
+// may not have. A rule ending in "=" matches that package alone (net/url
+// and net/netip are plain data types and stay allowed); one ending in "/"
+// matches a prefix; any other matches the package and its subpackages.
 var forbiddenInPure = []string{
-	"os/exec", "net", "net/http", "database/sql", "os/signal",
+	"os/exec", "net=", "net/http", "database/sql", "os/signal",
 	"k8s.io/", "sigs.k8s.io/controller-runtime", "github.com/NVIDIA/go-nvml",
 	"modernc.org/sqlite", "google.golang.org/grpc",
 }
 
 func matches(dep, rule string) bool {
+	if exact, ok := strings.CutSuffix(rule, "="); ok {
+		return dep == exact
+	}
 	if strings.HasSuffix(rule, "/") {
 		return strings.HasPrefix(dep, rule)
 	}
