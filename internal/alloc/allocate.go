@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gpuslice/gpuslice/internal/mig"
 )
 
 // MPSPipeRoot is where MPS control daemons' pipe directories live on a
@@ -29,52 +31,118 @@ func (s *State) Allocate(c *Claim) (*Allocation, error) {
 		iso = IsolationTenant
 	}
 	a := &Allocation{Claim: c.Name, Tenant: c.Tenant, Isolation: iso}
-	// Devices after the first are decided on the state with the earlier
-	// ones applied; every tentative step is undone before returning.
+	p := placer{s: s, c: c, iso: iso, groups: constraintGroups(c), explain: true}
+	if err := p.place(decisionOrder(c, iso), a, map[int]bool{}); err != nil {
+		return nil, err
+	}
+	// Report devices in the claim's request order.
+	rank := map[string]int{}
+	for i, r := range c.Requests {
+		rank[r.Name] = i
+	}
+	sort.SliceStable(a.Devices, func(i, j int) bool { return rank[a.Devices[i].Request] < rank[a.Devices[j].Request] })
+	a.Env = processEnv(a)
+	return a, nil
+}
+
+// step is one device of a request to decide.
+type step struct {
+	r *Request
+	k int
+	d decision
+}
+
+// decisionOrder lists a claim's devices biggest first (MIG profile size,
+// then memory): first-fit decreasing packs better, and MIG instances that
+// must share a GPU only fit when the big ones go first (NVIDIA's 3-2-1-1
+// example).
+func decisionOrder(c *Claim, iso Isolation) []step {
+	var out []step
+	for ri := range c.Requests {
+		r := &c.Requests[ri]
+		d := decide(r, iso)
+		for k := 0; k < max(r.Count, 1); k++ {
+			out = append(out, step{r: r, k: k, d: d})
+		}
+	}
+	size := func(r *Request) (int, int64) {
+		g := 0
+		if p, err := mig.ParseProfileName(r.Profile); err == nil && r.Profile != "" {
+			g = p.ComputeSlices*1000 + p.MemoryGB
+		}
+		return g, r.MemoryMiB
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		gi, mi := size(out[i].r)
+		gj, mj := size(out[j].r)
+		if gi != gj {
+			return gi > gj
+		}
+		return mi > mj
+	})
+	return out
+}
+
+// placer decides the devices of one claim in sequence.
+type placer struct {
+	s       *State
+	c       *Claim
+	iso     Isolation
+	groups  map[string][]Constraint
+	explain bool // build a NoFitError (costly) on failure
+}
+
+// errNoRoom is place's failure when no explanation was asked for.
+var errNoRoom = fmt.Errorf("no room")
+
+// place decides steps in order, appending to a. Every device but the last
+// is applied to the state so the next sees it, and undone before return.
+func (p *placer) place(steps []step, a *Allocation, taken map[int]bool) error {
+	s := p.s
 	var undos []func()
 	defer func() {
 		for i := len(undos) - 1; i >= 0; i-- {
 			undos[i]()
 		}
 	}()
-	taken := map[int]bool{}
-	groups := constraintGroups(c)
-	for ri := range c.Requests {
-		r := &c.Requests[ri]
-		d := decide(r, iso)
-		for k := 0; k < max(r.Count, 1); k++ {
-			n := &need{claim: c, req: r, iso: iso, choices: d.choices, taken: taken, onNode: -1, onGPU: -1}
-			if a.hasMPS() {
-				n.choices = withoutMode(n.choices, MPS)
-			}
-			s.pin(n, a, groups[r.Name])
-			var best cand
-			var ok bool
-			switch {
-			case n.onNode >= 0: // pinned by an earlier device of its group
-				best, ok = s.bestScan(n, []int{n.onNode})
-			case len(groups[r.Name]) > 0: // first of its group
-				best, ok = s.bestConstrained(n, c)
-			default:
-				best, ok = s.bestIndexed(n)
-			}
-			if !ok {
-				return nil, s.explain(c, r, k, n)
-			}
-			part := s.assignment(c, iso, r, best)
-			a.Why = append(a.Why, fmt.Sprintf("%s[%d]: %s; %s", r.Name, k, d.why, s.describe(&best)))
-			a.Devices = append(a.Devices, part.Devices...)
-			a.Changes = append(a.Changes, part.Changes...)
-			undo, err := s.apply(part)
-			if err != nil {
-				return nil, fmt.Errorf("claim %s: internal error applying a decision: %w", c.Name, err)
-			}
-			undos = append(undos, undo)
-			taken[s.byUUID[part.Devices[0].Device]] = true
+	for i, st := range steps {
+		n := &need{claim: p.c, req: st.r, iso: p.iso, choices: st.d.choices, taken: taken, onNode: -1, onGPU: -1}
+		if a.hasMPS() {
+			n.choices = withoutMode(n.choices, MPS)
 		}
+		cons := p.groups[st.r.Name]
+		s.pin(n, a, cons)
+		var best cand
+		var ok bool
+		switch {
+		case n.onNode >= 0: // pinned by an earlier device of its group
+			best, ok = s.bestScan(n, []int{n.onNode})
+		case len(cons) > 0: // first of its group
+			best, ok = p.bestConstrained(n, cons, steps[i+1:], a)
+		default:
+			best, ok = s.bestIndexed(n)
+		}
+		if !ok {
+			if p.explain {
+				return s.explain(p.c, st.r, st.k, n)
+			}
+			return errNoRoom
+		}
+		part := s.assignment(p.c, p.iso, st.r, best)
+		a.Why = append(a.Why, st.r.Name+"["+strconv.Itoa(st.k)+"]: "+st.d.why+"; "+s.describe(&best))
+		a.Devices = append(a.Devices, part.Devices...)
+		a.Changes = append(a.Changes, part.Changes...)
+		if i == len(steps)-1 {
+			break // the last device: nothing to decide on top of it
+		}
+		undo, err := s.apply(part)
+		if err != nil {
+			return fmt.Errorf("claim %s: internal error applying a decision: %w", p.c.Name, err)
+		}
+		undos = append(undos, undo)
+		taken[s.byUUID[part.Devices[0].Device]] = true
 	}
-	a.Env = processEnv(a)
-	return a, nil
+	return nil
 }
 
 func (a *Allocation) hasMPS() bool {
@@ -98,6 +166,9 @@ func withoutMode(cs []choice, m Mode) []choice {
 
 // constraintGroups maps each request name to the constraints it is in.
 func constraintGroups(c *Claim) map[string][]Constraint {
+	if len(c.Constraints) == 0 {
+		return nil
+	}
 	out := map[string][]Constraint{}
 	for _, con := range c.Constraints {
 		names := con.Requests
@@ -143,92 +214,60 @@ func inConstraint(con Constraint, req string, c *Claim) bool {
 }
 
 // bestConstrained places the first device of a constrained group where the
-// whole group fits: it tries every node (and for a GPU constraint every
-// GPU) and keeps the first device's best candidate among places where the
-// rest of the claim fits too.
-func (s *State) bestConstrained(n *need, c *Claim) (cand, bool) {
+// rest of the claim fits too: it tries every node (and, for a GPU
+// constraint, every GPU), decides the remaining steps there for real on
+// the state (undone afterwards), and keeps the best first device among the
+// places that work.
+func (p *placer) bestConstrained(n *need, cons []Constraint, rest []step, a *Allocation) (cand, bool) {
+	s := p.s
+	perGPU := false
+	for _, con := range cons {
+		perGPU = perGPU || con.Match == "gpu"
+	}
 	var best cand
 	found := false
+	try := func(m need, ni int) {
+		cd, ok := s.bestScan(&m, []int{ni})
+		if !ok || (found && !s.better(&cd, &best)) {
+			return
+		}
+		if p.restFits(n, cd, rest, a) {
+			best, found = cd, true
+		}
+	}
 	for ni := range s.nodes {
 		m := *n
 		m.onNode = ni
-		cd, ok := s.bestScan(&m, []int{ni})
-		if !ok || (found && !s.better(&cd, &best)) {
+		if !perGPU {
+			try(m, ni)
 			continue
 		}
-		if s.restFits(c, n, &cd) {
-			best, found = cd, true
+		for _, gi := range s.nodes[ni].gpus {
+			m.onGPU = gi
+			try(m, ni)
 		}
 	}
 	return best, found
 }
 
-// restFits checks that the rest of a constrained claim fits once the first
-// device takes cd, by deciding it for real on the state and undoing it.
-func (s *State) restFits(c *Claim, first *need, cd *cand) bool {
-	part := s.assignment(c, first.iso, first.req, *cd)
+// restFits reports whether the remaining steps fit once the first device
+// takes cd.
+func (p *placer) restFits(first *need, cd cand, rest []step, a *Allocation) bool {
+	s := p.s
+	part := s.assignment(p.c, p.iso, first.req, cd)
 	undo, err := s.apply(part)
 	if err != nil {
 		return false
 	}
 	defer undo()
-	// Remaining devices: the rest of the first request and the later ones.
-	rest := make([]Request, 0, len(c.Requests))
-	seen := false
-	for _, r := range c.Requests {
-		if r.Name == first.req.Name {
-			seen = true
-			r.Count = max(r.Count, 1) - 1
-			if r.Count == 0 {
-				continue
-			}
-		} else if !seen {
-			continue
-		}
-		rest = append(rest, r)
-	}
-	if len(rest) == 0 {
-		return true
-	}
-	a := &Allocation{Devices: part.Devices}
+	trial := &Allocation{Devices: append(append([]Assigned(nil), a.Devices...), part.Devices...)}
 	taken := map[int]bool{s.byUUID[part.Devices[0].Device]: true}
 	for di := range first.taken {
 		taken[di] = true
 	}
-	groups := constraintGroups(c)
-	var undos []func()
-	defer func() {
-		for i := len(undos) - 1; i >= 0; i-- {
-			undos[i]()
-		}
-	}()
-	for ri := range rest {
-		r := &rest[ri]
-		d := decide(r, first.iso)
-		for k := 0; k < max(r.Count, 1); k++ {
-			n := &need{claim: c, req: r, iso: first.iso, choices: d.choices, taken: taken, onNode: -1, onGPU: -1}
-			s.pin(n, a, groups[r.Name])
-			var cd cand
-			var ok bool
-			if n.onNode >= 0 {
-				cd, ok = s.bestScan(n, []int{n.onNode})
-			} else {
-				cd, ok = s.bestIndexed(n)
-			}
-			if !ok {
-				return false
-			}
-			p := s.assignment(c, first.iso, r, cd)
-			u, err := s.apply(p)
-			if err != nil {
-				return false
-			}
-			undos = append(undos, u)
-			a.Devices = append(a.Devices, p.Devices...)
-			taken[s.byUUID[p.Devices[0].Device]] = true
-		}
-	}
-	return true
+	q := *p
+	q.explain = false
+	return q.place(rest, trial, taken) == nil
 }
 
 // assignment turns a candidate into a one-device allocation with its
@@ -299,32 +338,37 @@ func firstFreeSlot(slots uint64) int {
 	return 63
 }
 
-// pipeName makes a device id safe as one path element.
-func pipeName(id string) string {
-	return strings.NewReplacer("/", "_", "@", "_", ":", "_").Replace(id)
-}
+// pipeNamer makes a device id safe as one path element (immutable).
+var pipeNamer = strings.NewReplacer("/", "_", "@", "_", ":", "_")
 
-// describe says in words which candidate was taken.
+func pipeName(id string) string { return pipeNamer.Replace(id) }
+
+// describe says in words which candidate was taken. It runs on every
+// decision, so it concatenates instead of formatting.
 func (s *State) describe(c *cand) string {
 	g := &s.gpus[c.gpu]
-	where := fmt.Sprintf("node %s GPU %d (%s)", s.nodes[g.node].node.Name, g.spec.Index, g.model.ID)
+	where := "node " + s.nodes[g.node].node.Name + " GPU " + strconv.Itoa(g.spec.Index) + " (" + g.model.ID + ")"
+	mode := string(c.mode)
+	instance := func() string {
+		return g.geo.Shapes[c.profile].Name + "@" + strconv.Itoa(c.start)
+	}
 	switch c.kind {
 	case kindJoin:
 		d := &s.devs[c.dev]
-		return fmt.Sprintf("joins %s device %s on %s (%d/%d %s slots in use, %d MiB free before)",
-			c.mode, d.id, where, d.clients, slotLimit(d.sharing), c.mode, d.memMiB-d.usedMem)
+		return "joins " + mode + " device " + d.id + " on " + where + " (" + strconv.Itoa(d.clients) + "/" +
+			strconv.Itoa(slotLimit(d.sharing)) + " slots in use, " + strconv.FormatInt(d.memMiB-d.usedMem, 10) + " MiB free before)"
 	case kindOpen:
 		if c.dev >= 0 {
-			return fmt.Sprintf("takes idle device %s on %s as %s", s.devs[c.dev].id, where, c.mode)
+			return "takes idle device " + s.devs[c.dev].id + " on " + where + " as " + mode
 		}
-		return fmt.Sprintf("creates MIG %s@%d on %s as %s (capacity left %d)", g.geo.Shapes[c.profile].Name, c.start, where, c.mode, c.fit)
+		return "creates MIG " + instance() + " on " + where + " as " + mode + " (capacity left " + strconv.FormatInt(c.fit, 10) + ")"
 	case kindEvict:
-		return fmt.Sprintf("destroys %d idle MIG instance(s) and creates %s@%d on %s as %s", len(c.destroy), g.geo.Shapes[c.profile].Name, c.start, where, c.mode)
+		return "destroys " + strconv.Itoa(len(c.destroy)) + " idle MIG instance(s) and creates " + instance() + " on " + where + " as " + mode
 	}
 	if c.enable {
-		return fmt.Sprintf("turns MIG on (disruptive) and creates %s@%d on %s as %s", g.geo.Shapes[c.profile].Name, c.start, where, c.mode)
+		return "turns MIG on (disruptive) and creates " + instance() + " on " + where + " as " + mode
 	}
-	return fmt.Sprintf("turns MIG off (disruptive) and takes the whole GPU on %s as %s", where, c.mode)
+	return "turns MIG off (disruptive) and takes the whole GPU on " + where + " as " + mode
 }
 
 // processEnv is the environment of one process using every device of a

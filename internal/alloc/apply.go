@@ -94,16 +94,19 @@ func (s *State) gpuByUUID(uuid string) (int, error) {
 	return -1, fmt.Errorf("GPU %s is not in the fleet", uuid)
 }
 
-// reindexTouched refreshes the index for changed GPUs and every GPU on
-// their nodes (a node's touch tier may have changed).
+// reindexTouched refreshes the index for changed GPUs, and for every GPU
+// on a node whose touch tier changed (it went from idle to used or back).
 func (s *State) reindexTouched(gpus map[int]bool) {
-	nodes := map[int]bool{}
 	for gi := range gpus {
-		nodes[s.gpus[gi].node] = true
-	}
-	for ni := range nodes {
-		for _, gi := range s.nodes[ni].gpus {
-			s.reindexGPU(gi)
+		s.reindexGPU(gi)
+		ni := s.gpus[gi].node
+		if busy := s.nodes[ni].touched > 0; busy != s.nodes[ni].indexedBusy {
+			s.nodes[ni].indexedBusy = busy
+			for _, gj := range s.nodes[ni].gpus {
+				if !gpus[gj] {
+					s.reindexGPU(gj)
+				}
+			}
 		}
 	}
 }
@@ -234,7 +237,7 @@ func (s *State) dropDevice(di int) {
 	jk := s.idx.devJoin
 	if di < len(jk) {
 		for k := 0; k < jk[di].n; k++ {
-			delete(s.idx.join[jk[di].keys[k]], di)
+			s.idx.join[jk[di].keys[k]].remove(jk[di].free, di)
 		}
 	}
 	if di < len(s.idx.devIdle) {

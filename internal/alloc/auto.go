@@ -65,15 +65,22 @@ func decide(r *Request, iso Isolation) decision {
 	withProfile := r.Profile != ""
 	switch r.Mode {
 	case Exclusive:
-		return decision{choices: []choice{{Exclusive, withProfile}}, why: "mode exclusive"}
+		if withProfile {
+			return decision{choices: exclusiveInMIG, why: "mode exclusive"}
+		}
+		return decision{choices: exclusiveWhole, why: "mode exclusive"}
 	case MIG:
-		return decision{choices: []choice{{MIG, true}}, why: "mode mig"}
+		return decision{choices: migOnly, why: "mode mig"}
 	case TimeSlice, MPS:
 		return decision{choices: []choice{{r.Mode, withProfile}}, why: "mode " + string(r.Mode)}
 	}
-	for i, row := range autoTable {
+	for i := range autoTable {
+		row := &autoTable[i]
 		if !row.match(r, iso) {
 			continue
+		}
+		if iso != IsolationHardware && !withProfile {
+			return decision{choices: row.choices, why: autoWhy[i]}
 		}
 		var out []choice
 		for _, c := range row.choices {
@@ -85,7 +92,21 @@ func decide(r *Request, iso Isolation) decision {
 			}
 			out = append(out, c)
 		}
-		return decision{choices: out, why: fmt.Sprintf("auto row %d (%s): %s", i+1, row.name, row.why)}
+		return decision{choices: out, why: autoWhy[i]}
 	}
 	return decision{} // unreachable: the last row matches everything
 }
+
+// Fixed choice lists, shared read-only by every decision.
+var (
+	exclusiveWhole = []choice{{Exclusive, false}}
+	exclusiveInMIG = []choice{{Exclusive, true}}
+	migOnly        = []choice{{MIG, true}}
+	autoWhy        = func() []string {
+		out := make([]string, len(autoTable))
+		for i, row := range autoTable {
+			out[i] = fmt.Sprintf("auto row %d (%s): %s", i+1, row.name, row.why)
+		}
+		return out
+	}()
+)

@@ -2,7 +2,9 @@ package alloc
 
 import (
 	"fmt"
+	"slices"
 
+	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/mig"
 )
 
@@ -303,8 +305,15 @@ func (s *State) lockedOf(d *devState) int {
 	if !d.isMIG {
 		return lockedUnits
 	}
-	g := &s.gpus[d.gpu]
-	return lockedUnits * g.geo.Shapes[d.profile].Size / g.geo.Slices
+	return lockedShare(s.gpus[d.gpu].geo, d.profile)
+}
+
+// lockedShare is the GPU share a MIG instance of profile p holds: the
+// larger of its memory and compute shares (a 2g.20gb holds more than a
+// 1g.20gb with the same memory), in 1/840ths.
+func lockedShare(geo *mig.Geometry, p int) int {
+	sh := &geo.Shapes[p]
+	return max(lockedUnits*sh.Size/geo.Slices, lockedUnits*sh.Compute/geo.ComputeSlices)
 }
 
 // profilesFor lists the MIG profiles of a GPU that could serve a request:
@@ -312,8 +321,13 @@ func (s *State) lockedOf(d *devState) int {
 // memory and compute it asks for.
 func (s *State) profilesFor(n *need, gi int) ([]int, reason) {
 	g := &s.gpus[gi]
+	return profilesForModel(n, g.model, g.geo)
+}
+
+// profilesForModel is profilesFor for any GPU of a model, smallest first.
+func profilesForModel(n *need, m *catalog.GPU, geo *mig.Geometry) ([]int, reason) {
 	if n.req.Profile != "" {
-		p, err := g.geo.Profile(n.req.Profile)
+		p, err := geo.Profile(n.req.Profile)
 		if err != nil {
 			return nil, rProfile
 		}
@@ -321,15 +335,15 @@ func (s *State) profilesFor(n *need, gi int) ([]int, reason) {
 	}
 	var out []int
 	why := rMemory
-	for p, sh := range g.geo.Shapes {
+	for p, sh := range geo.Shapes {
 		if sh.ME {
 			continue
 		}
-		d := s.migDevice(gi, p, 0, "", Sharing{})
-		if d.memMiB < n.req.MemoryMiB {
+		mem, compute := profileSize(m, geo, p)
+		if mem < n.req.MemoryMiB {
 			continue
 		}
-		if d.compute < n.req.ComputePercent {
+		if compute < n.req.ComputePercent {
 			why = rCompute
 			continue
 		}
@@ -338,6 +352,12 @@ func (s *State) profilesFor(n *need, gi int) ([]int, reason) {
 	if len(out) == 0 {
 		return nil, why
 	}
+	slices.SortStableFunc(out, func(a, b int) int {
+		if d := geo.Shapes[a].Size - geo.Shapes[b].Size; d != 0 {
+			return d
+		}
+		return geo.Shapes[a].Compute - geo.Shapes[b].Compute
+	})
 	return out, rOK
 }
 
@@ -366,7 +386,7 @@ func (s *State) tryCreate(n *need, gi, p int, ch choice, rank int) (cand, reason
 	sh := s.shareFor(ch.mode, d.compute, Sharing{Mode: Dynamic})
 	after := g.geo.Add(g.occ, p, start)
 	return s.finishNew(n, ch, rank, cand{kind: kindOpen, dev: -1, gpu: gi, profile: p, start: start, created: true,
-		fit: int64(g.geo.Capacity(after))}, d.memMiB, d.compute, sh, lockedUnits*g.geo.Shapes[p].Size/g.geo.Slices)
+		fit: int64(g.geo.Capacity(after))}, d.memMiB, d.compute, sh, lockedShare(g.geo, p))
 }
 
 // tryEvict checks destroying idle instances on GPU gi to create profile p.
@@ -398,7 +418,7 @@ func (s *State) tryEvict(n *need, gi, p int, ch choice, rank int) (cand, reason)
 	sh := s.shareFor(ch.mode, d.compute, Sharing{Mode: Dynamic})
 	return s.finishNew(n, ch, rank, cand{kind: kindEvict, dev: -1, gpu: gi, profile: p, start: plan.Place.Start,
 		destroy: destroy, created: true, fit: int64(len(destroy))*1000 + int64(plan.Capacity)},
-		d.memMiB, d.compute, sh, lockedUnits*g.geo.Shapes[p].Size/g.geo.Slices)
+		d.memMiB, d.compute, sh, lockedShare(g.geo, p))
 }
 
 // trySwitch checks changing an idle GPU's MIG mode to serve the request.
@@ -406,7 +426,7 @@ func (s *State) trySwitch(n *need, gi int, ch choice, rank int) (cand, reason) {
 	g := &s.gpus[gi]
 	switch {
 	case !s.policy.AllowModeSwitch || g.geo == nil:
-		return cand{}, rMode
+		return cand{}, rNone // not an option here: says nothing about the node
 	case s.nodes[g.node].node.Unschedulable:
 		return cand{}, rUnschedulable
 	case !g.healthy:
@@ -433,7 +453,7 @@ func (s *State) trySwitch(n *need, gi int, ch choice, rank int) (cand, reason) {
 			d := s.migDevice(gi, p, start, "", Sharing{})
 			sh := s.shareFor(ch.mode, d.compute, Sharing{Mode: Dynamic})
 			c, r := s.finishNew(n, ch, rank, cand{kind: kindSwitch, dev: -1, gpu: gi, profile: p, start: start,
-				enable: true, created: true, destroy: []int{g.whole}}, d.memMiB, d.compute, sh, lockedUnits*g.geo.Shapes[p].Size/g.geo.Slices)
+				enable: true, created: true, destroy: []int{g.whole}}, d.memMiB, d.compute, sh, lockedShare(g.geo, p))
 			if r == rOK && (bestR != rOK || s.better(&c, &best)) {
 				best, bestR = c, r
 			} else if bestR != rOK && r > bestR {

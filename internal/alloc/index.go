@@ -2,6 +2,8 @@ package alloc
 
 import (
 	"math/bits"
+	"slices"
+	"sort"
 
 	"github.com/gpuslice/gpuslice/internal/mig"
 )
@@ -25,9 +27,9 @@ const (
 // Every entry is rebuilt for a whole GPU at once (reindexGPU) whenever the
 // GPU or its node changes, so the sets can never drift from the state.
 type index struct {
-	join map[joinKey]map[int]struct{}
+	join map[joinKey]*joinSet
 	idle map[shapeKey]*[numTiers]bitset
-	free map[string]map[occKey]*[numTiers]bitset
+	free map[string]map[occKey]*occClass
 
 	// where each device and GPU is indexed now, to remove it again
 	devJoin []joinKeys
@@ -43,6 +45,42 @@ type joinKey struct {
 type joinKeys struct {
 	n    int
 	keys [2]joinKey
+	free int64 // the free memory the device was filed under
+}
+
+// joinSet is the devices of one join key ordered by free memory, then
+// device index: best fit first.
+type joinSet struct{ e []joinEntry }
+
+type joinEntry struct {
+	free int64
+	dev  int
+}
+
+func (j *joinSet) search(free int64, dev int) int {
+	return sort.Search(len(j.e), func(i int) bool {
+		return j.e[i].free > free || (j.e[i].free == free && j.e[i].dev >= dev)
+	})
+}
+
+func (j *joinSet) add(free int64, dev int) {
+	i := j.search(free, dev)
+	j.e = slices.Insert(j.e, i, joinEntry{free, dev})
+}
+
+func (j *joinSet) remove(free int64, dev int) {
+	if i := j.search(free, dev); i < len(j.e) && j.e[i].dev == dev {
+		j.e = slices.Delete(j.e, i, i+1)
+	}
+}
+
+// from iterates devices with at least free MiB free, best fit first.
+func (j *joinSet) from(free int64, fn func(dev int) bool) {
+	for i := j.search(free, -1); i < len(j.e); i++ {
+		if !fn(j.e[i].dev) {
+			return
+		}
+	}
 }
 
 // shapeKey groups idle devices that serve any request identically: same
@@ -54,6 +92,35 @@ type shapeKey struct {
 }
 
 type occKey = mig.Occupancy
+
+// occClass is the GPUs of one model with one occupancy, by tier, and what
+// placing each profile there gives (computed once: every GPU of the class
+// places a profile the same way).
+type occClass struct {
+	tiers [numTiers]bitset
+	// place[p] is 0 before it is computed, -1 when profile p does not fit,
+	// else 1 + the best start; capAfter[p] is the Capacity after.
+	place    []int8
+	capAfter []int16
+}
+
+func (c *occClass) placeOf(geo *mig.Geometry, occ occKey, p int) (start, capacity int, ok bool) {
+	if c.place == nil {
+		c.place = make([]int8, len(geo.Shapes))
+		c.capAfter = make([]int16, len(geo.Shapes))
+	}
+	if c.place[p] == 0 {
+		c.place[p] = -1
+		if st, fits := geo.BestStart(occ, p); fits {
+			c.place[p] = int8(1 + st)
+			c.capAfter[p] = int16(geo.Capacity(geo.Add(occ, p, st)))
+		}
+	}
+	if c.place[p] < 0 {
+		return 0, 0, false
+	}
+	return int(c.place[p]) - 1, int(c.capAfter[p]), true
+}
 
 type idleRef struct {
 	ok   bool
@@ -70,9 +137,9 @@ type freeRef struct {
 
 func newIndex(s *State) index {
 	ix := index{
-		join: map[joinKey]map[int]struct{}{},
+		join: map[joinKey]*joinSet{},
 		idle: map[shapeKey]*[numTiers]bitset{},
-		free: map[string]map[occKey]*[numTiers]bitset{},
+		free: map[string]map[occKey]*occClass{},
 	}
 	s.idx = ix
 	for gi := range s.gpus {
@@ -83,19 +150,15 @@ func newIndex(s *State) index {
 
 func (ix index) clone() index {
 	c := index{
-		join:    make(map[joinKey]map[int]struct{}, len(ix.join)),
+		join:    make(map[joinKey]*joinSet, len(ix.join)),
 		idle:    make(map[shapeKey]*[numTiers]bitset, len(ix.idle)),
-		free:    make(map[string]map[occKey]*[numTiers]bitset, len(ix.free)),
+		free:    make(map[string]map[occKey]*occClass, len(ix.free)),
 		devJoin: append([]joinKeys(nil), ix.devJoin...),
 		devIdle: append([]idleRef(nil), ix.devIdle...),
 		gpuFree: append([]freeRef(nil), ix.gpuFree...),
 	}
 	for k, set := range ix.join {
-		m := make(map[int]struct{}, len(set))
-		for d := range set {
-			m[d] = struct{}{}
-		}
-		c.join[k] = m
+		c.join[k] = &joinSet{e: append([]joinEntry(nil), set.e...)}
 	}
 	for k, tiers := range ix.idle {
 		var t [numTiers]bitset
@@ -105,13 +168,13 @@ func (ix index) clone() index {
 		c.idle[k] = &t
 	}
 	for model, byOcc := range ix.free {
-		m := make(map[occKey]*[numTiers]bitset, len(byOcc))
-		for k, tiers := range byOcc {
-			var t [numTiers]bitset
-			for i := range tiers {
-				t[i] = tiers[i].clone()
+		m := make(map[occKey]*occClass, len(byOcc))
+		for k, cl := range byOcc {
+			n := &occClass{place: append([]int8(nil), cl.place...), capAfter: append([]int16(nil), cl.capAfter...)}
+			for i := range cl.tiers {
+				n.tiers[i] = cl.tiers[i].clone()
 			}
-			m[k] = &t
+			m[k] = n
 		}
 		c.free[model] = m
 	}
@@ -156,7 +219,7 @@ func (s *State) reindexGPU(gi int) {
 	for _, di := range g.allDevs {
 		jk := ix.devJoin[di]
 		for k := 0; k < jk.n; k++ {
-			delete(ix.join[jk.keys[k]], di)
+			ix.join[jk.keys[k]].remove(jk.free, di)
 		}
 		ix.devJoin[di] = joinKeys{}
 		if r := ix.devIdle[di]; r.ok {
@@ -165,7 +228,7 @@ func (s *State) reindexGPU(gi int) {
 		}
 	}
 	if r := ix.gpuFree[gi]; r.ok {
-		ix.free[r.model][r.occ][r.tier].clear(gi)
+		ix.free[r.model][r.occ].tiers[r.tier].clear(gi)
 		ix.gpuFree[gi] = freeRef{}
 	}
 	if !s.usable(gi) {
@@ -203,28 +266,29 @@ func (s *State) reindexGPU(gi int) {
 			jk.keys[jk.n] = joinKey{d.mode, ""}
 			jk.n++
 		}
+		jk.free = d.memMiB - d.usedMem
 		for k := 0; k < jk.n; k++ {
 			set := ix.join[jk.keys[k]]
 			if set == nil {
-				set = map[int]struct{}{}
+				set = &joinSet{}
 				ix.join[jk.keys[k]] = set
 			}
-			set[di] = struct{}{}
+			set.add(jk.free, di)
 		}
 		ix.devJoin[di] = jk
 	}
 	if g.migOn && g.dynamic {
 		byOcc := ix.free[g.model.ID]
 		if byOcc == nil {
-			byOcc = map[occKey]*[numTiers]bitset{}
+			byOcc = map[occKey]*occClass{}
 			ix.free[g.model.ID] = byOcc
 		}
-		tiers := byOcc[g.occ]
-		if tiers == nil {
-			tiers = &[numTiers]bitset{}
-			byOcc[g.occ] = tiers
+		cl := byOcc[g.occ]
+		if cl == nil {
+			cl = &occClass{}
+			byOcc[g.occ] = cl
 		}
-		tiers[tier].set(gi)
+		cl.tiers[tier].set(gi)
 		ix.gpuFree[gi] = freeRef{ok: true, model: g.model.ID, occ: g.occ, tier: tier}
 	}
 }
@@ -237,34 +301,48 @@ func normMode(m Mode) Mode {
 	return m
 }
 
-// bitset is a growable set of small non-negative ints.
-type bitset struct{ w []uint64 }
+// bitset is a growable set of small non-negative ints. It counts its
+// members and remembers the lowest word that may hold one, so searching an
+// empty or sparse set costs nothing.
+type bitset struct {
+	w  []uint64
+	n  int // members
+	lo int // no member below word lo
+}
 
 func (b *bitset) set(i int) {
 	for len(b.w) <= i/64 {
 		b.w = append(b.w, 0)
 	}
-	b.w[i/64] |= 1 << (i % 64)
+	if b.w[i/64]&(1<<(i%64)) == 0 {
+		b.n++
+		b.w[i/64] |= 1 << (i % 64)
+	}
+	b.lo = min(b.lo, i/64)
 }
 
 func (b *bitset) clear(i int) {
-	if i/64 < len(b.w) {
+	if i/64 < len(b.w) && b.w[i/64]&(1<<(i%64)) != 0 {
 		b.w[i/64] &^= 1 << (i % 64)
+		b.n--
 	}
 }
 
-func (b *bitset) empty() bool {
-	for _, w := range b.w {
-		if w != 0 {
-			return false
-		}
-	}
-	return true
-}
+func (b *bitset) empty() bool { return b.n == 0 }
 
 // each calls fn for members in increasing order until fn returns false.
 func (b *bitset) each(fn func(int) bool) {
-	for wi, w := range b.w {
+	if b.n == 0 {
+		return
+	}
+	for wi := b.lo; wi < len(b.w); wi++ {
+		w := b.w[wi]
+		if w == 0 {
+			if wi == b.lo {
+				b.lo++
+			}
+			continue
+		}
 		for w != 0 {
 			i := wi*64 + bits.TrailingZeros64(w)
 			if !fn(i) {
@@ -275,4 +353,4 @@ func (b *bitset) each(fn func(int) bool) {
 	}
 }
 
-func (b bitset) clone() bitset { return bitset{w: append([]uint64(nil), b.w...)} }
+func (b bitset) clone() bitset { return bitset{w: append([]uint64(nil), b.w...), n: b.n, lo: b.lo} }

@@ -3,6 +3,7 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/gpuslice/gpuslice/internal/mig"
 )
@@ -126,7 +127,7 @@ func (s *State) checkIndex() error {
 	fresh := newIndex(&c)
 	count := func(ix index) (join, idle, free int) {
 		for _, set := range ix.join {
-			join += len(set)
+			join += len(set.e)
 		}
 		for _, t := range ix.idle {
 			for i := range t {
@@ -134,9 +135,9 @@ func (s *State) checkIndex() error {
 			}
 		}
 		for _, byOcc := range ix.free {
-			for _, t := range byOcc {
-				for i := range t {
-					t[i].each(func(int) bool { free++; return true })
+			for _, cl := range byOcc {
+				for i := range cl.tiers {
+					cl.tiers[i].each(func(int) bool { free++; return true })
 				}
 			}
 		}
@@ -148,10 +149,9 @@ func (s *State) checkIndex() error {
 		return fmt.Errorf("index drifted: join %d/%d idle %d/%d free %d/%d (incremental/rebuilt)", j1, j2, i1, i2, f1, f2)
 	}
 	for k, set := range fresh.join {
-		for di := range set {
-			if _, ok := s.idx.join[k][di]; !ok {
-				return fmt.Errorf("index drifted: device %d missing from join set %v", di, k)
-			}
+		mine := s.idx.join[k]
+		if mine == nil || !slices.Equal(mine.e, set.e) {
+			return fmt.Errorf("index drifted: join set %v differs", k)
 		}
 	}
 	return nil

@@ -23,6 +23,11 @@ func (s *State) allNodes() []int {
 	return out
 }
 
+// bestJoin looks at the devices a claim may share. Every such device is on
+// a GPU in use (the same tier) and takes no new GPU share, so the order
+// reduces to mechanism preference, then fit: the first preference with a
+// feasible device wins, and within it the join sets are walked best fit
+// first, so the first feasible device of each set is that set's best.
 func (s *State) bestJoin(n *need) (cand, bool) {
 	var best cand
 	found := false
@@ -30,16 +35,29 @@ func (s *State) bestJoin(n *need) (cand, bool) {
 		if ch.mode != TimeSlice && ch.mode != MPS {
 			continue
 		}
-		keys := []joinKey{{ch.mode, n.claim.Tenant}}
+		keys := [2]joinKey{{ch.mode, n.claim.Tenant}, {ch.mode, ""}}
+		nkeys := 1
 		if n.iso == IsolationNone {
-			keys = append(keys, joinKey{ch.mode, ""})
+			nkeys = 2
 		}
-		for _, k := range keys {
-			for di := range s.idx.join[k] {
-				if c, r := s.tryJoin(n, di, ch, rank); r == rOK && (!found || s.better(&c, &best)) {
+		for _, k := range keys[:nkeys] {
+			set := s.idx.join[k]
+			if set == nil {
+				continue
+			}
+			// With no memory asked, the promise depends on the device
+			// (an equal share), so fit order is not free-memory order.
+			exact := n.req.MemoryMiB > 0
+			set.from(n.req.MemoryMiB, func(di int) bool {
+				c, r := s.tryJoin(n, di, ch, rank)
+				if r == rOK && (!found || s.better(&c, &best)) {
 					best, found = c, true
 				}
-			}
+				return !(r == rOK && exact)
+			})
+		}
+		if found {
+			return best, true
 		}
 	}
 	return best, found
@@ -65,6 +83,15 @@ func (s *State) bestOpen(n *need) (cand, bool) {
 		}
 		return true
 	}
+	// promising reports whether a candidate holding this GPU share at this
+	// preference could still beat the best so far (branch and bound on the
+	// first two keys of the order).
+	promising := func(locked, rank int) bool {
+		if !found || locked != best.locked {
+			return !found || locked < best.locked
+		}
+		return rank <= best.modeRank
+	}
 	tiers := s.tierOrder()
 	for rank, ch := range n.choices {
 		// Idle existing devices: within one shape and tier every device
@@ -72,6 +99,9 @@ func (s *State) bestOpen(n *need) (cand, bool) {
 		for key, byTier := range s.idx.idle {
 			if !modeFits(key.sharing, ch.mode) || (ch.inMIG && key.profile < 0) ||
 				(ch.mode == Exclusive && !ch.inMIG && key.profile >= 0) {
+				continue
+			}
+			if !promising(s.lockedOfShape(key), rank) {
 				continue
 			}
 			for _, t := range tiers {
@@ -89,31 +119,36 @@ func (s *State) bestOpen(n *need) (cand, bool) {
 			}
 		}
 		// New MIG instances: GPUs with the same occupancy place a profile
-		// identically, so each class is tried once per tier.
+		// identically; profiles are tried smallest first, tiers in policy
+		// order, and the search stops as soon as nothing can do better.
 		if ch.mode == Exclusive && !ch.inMIG {
 			continue
 		}
-		for _, byOcc := range s.idx.free {
-			var profiles []int
-			profilesKnown := false
-			for _, byTier := range byOcc {
+		for modelID, byOcc := range s.idx.free {
+			model := s.models[modelID]
+			geo := s.geos[model.ID]
+			profiles, _ := profilesForModel(n, model, geo)
+			for _, p := range profiles {
+				if !promising(lockedShare(geo, p), rank) {
+					continue
+				}
 				for _, t := range tiers {
-					done := false
-					byTier[t].each(func(gi int) bool {
-						if !profilesKnown {
-							profiles, _ = s.profilesFor(n, gi)
-							profilesKnown = true
+					foundHere := false
+					for occ, cl := range byOcc {
+						if cl.tiers[t].empty() {
+							continue
 						}
-						ok, specific := false, false
-						for _, p := range profiles {
+						if _, _, ok := cl.placeOf(geo, occ, p); !ok {
+							continue
+						}
+						cl.tiers[t].each(func(gi int) bool {
 							c, r := s.tryCreate(n, gi, p, ch, rank)
-							ok = consider(c, r) || ok
-							specific = specific || deviceSpecific(r)
-						}
-						done = ok
-						return !ok && specific
-					})
-					if done {
+							ok := consider(c, r)
+							foundHere = foundHere || ok
+							return !ok && deviceSpecific(r)
+						})
+					}
+					if foundHere {
 						break
 					}
 				}
@@ -121,6 +156,14 @@ func (s *State) bestOpen(n *need) (cand, bool) {
 		}
 	}
 	return best, found
+}
+
+// lockedOfShape is the GPU share a device of this shape holds.
+func (s *State) lockedOfShape(k shapeKey) int {
+	if k.profile < 0 {
+		return lockedUnits
+	}
+	return lockedShare(s.geos[k.model], k.profile)
 }
 
 // deviceSpecific reports whether a rejection depends on the particular
@@ -186,7 +229,9 @@ func (s *State) gpuCandidatesWhy(n *need, gi int, ch choice, rank int, k kind) (
 		}
 		if g.geo != nil && g.migOn && g.dynamic && !(ch.mode == Exclusive && !ch.inMIG) {
 			ps, r := s.profilesFor(n, gi)
-			far = max(far, r)
+			if r != rOK {
+				far = max(far, r)
+			}
 			for _, p := range ps {
 				note(s.tryCreate(n, gi, p, ch, rank))
 			}
@@ -194,7 +239,9 @@ func (s *State) gpuCandidatesWhy(n *need, gi int, ch choice, rank int, k kind) (
 	case kindEvict:
 		if g.geo != nil && g.migOn && g.dynamic && !(ch.mode == Exclusive && !ch.inMIG) {
 			ps, r := s.profilesFor(n, gi)
-			far = max(far, r)
+			if r != rOK {
+				far = max(far, r)
+			}
 			for _, p := range ps {
 				if c, r := s.tryEvict(n, gi, p, ch, rank); r != rOK || c.kind == kindEvict {
 					note(c, r)

@@ -34,6 +34,8 @@ type nodeState struct {
 	gpus    []int
 	touched int // device assignments on this node
 	attrs   map[string]any
+	// indexedBusy is whether the index last saw the node touched.
+	indexedBusy bool
 }
 
 type gpuState struct {
@@ -218,13 +220,20 @@ func (s *State) addGPU(ni int, g *GPU) error {
 
 func (s *State) migDevice(gi, p, start int, id string, sh Sharing) devState {
 	g := &s.gpus[gi]
-	shape := &g.geo.Shapes[p]
+	mem, compute := profileSize(g.model, g.geo, p)
+	return devState{gpu: gi, alive: true, id: id, isMIG: true, profile: p, start: start,
+		memMiB: mem, compute: compute, sharing: sh}
+}
+
+// profileSize is the memory and compute share (percent of the whole GPU)
+// of a MIG profile.
+func profileSize(m *catalog.GPU, geo *mig.Geometry, p int) (int64, int) {
+	shape := &geo.Shapes[p]
 	mem := shape.MemoryMiB
 	if mem <= 0 {
-		mem = g.model.MemoryMiB * int64(shape.Size) / int64(g.geo.Slices)
+		mem = m.MemoryMiB * int64(shape.Size) / int64(geo.Slices)
 	}
-	return devState{gpu: gi, alive: true, id: id, isMIG: true, profile: p, start: start,
-		memMiB: mem, compute: shape.Compute * 100 / g.geo.ComputeSlices, sharing: sh}
+	return mem, shape.Compute * 100 / geo.ComputeSlices
 }
 
 func (s *State) addDevice(d devState) int {
