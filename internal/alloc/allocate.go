@@ -20,7 +20,7 @@ const MPSPipeRoot = "/run/gpuslice/mps"
 // caller commits the answer with Apply. When nothing fits, the error is a
 // *NoFitError saying per node why.
 func (s *State) Allocate(c *Claim) (*Allocation, error) {
-	if err := ValidateClaim(c); err != nil {
+	if err := validateClaim(c, func(expr string) error { _, err := s.sel.get(expr); return err }); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
 	if _, dup := s.allocs[c.Name]; dup {

@@ -89,6 +89,9 @@ type need struct {
 	taken   map[int]bool // devices this claim already holds
 	onNode  int          // -1, or the only node allowed
 	onGPU   int          // -1, or the only GPU allowed
+	// selPerDevice: the selector's answer may differ between devices of
+	// one class (see selectorPerDevice).
+	selPerDevice bool
 }
 
 // reason is why a device or GPU was rejected; higher values got further

@@ -73,8 +73,11 @@ func randomClaim(rng *rand.Rand, i int) *Claim {
 		req.Profile = profileNames[rng.IntN(len(profileNames))]
 		req.Workload = []Workload{"", WorkloadInference, WorkloadBatch, WorkloadInteractive}[rng.IntN(4)]
 		req.LatencySensitive = rng.IntN(6) == 0
-		if rng.IntN(6) == 0 {
+		switch rng.IntN(8) {
+		case 0:
 			req.Selector = "device.attributes['gpu.nvidia.com'].model != 'T4'"
+		case 1:
+			req.Selector = "node.name != 'n1' && device.attributes['gpu.nvidia.com'].index != 1"
 		}
 		c.Requests = append(c.Requests, req)
 	}

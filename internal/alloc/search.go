@@ -72,6 +72,7 @@ func (s *State) tierOrder() [numTiers]int {
 }
 
 func (s *State) bestOpen(n *need) (cand, bool) {
+	n.selPerDevice = s.selectorPerDevice(n.req.Selector)
 	var best cand
 	found := false
 	consider := func(c cand, r reason) bool {
@@ -111,7 +112,7 @@ func (s *State) bestOpen(n *need) (cand, bool) {
 					done = consider(c, r)
 					// A failure that is not about this very device fails
 					// the whole class.
-					return !done && deviceSpecific(r)
+					return !done && n.deviceSpecific(r)
 				})
 				if done {
 					break
@@ -145,7 +146,7 @@ func (s *State) bestOpen(n *need) (cand, bool) {
 							c, r := s.tryCreate(n, gi, p, ch, rank)
 							ok := consider(c, r)
 							foundHere = foundHere || ok
-							return !ok && deviceSpecific(r)
+							return !ok && n.deviceSpecific(r)
 						})
 					}
 					if foundHere {
@@ -168,7 +169,9 @@ func (s *State) lockedOfShape(k shapeKey) int {
 
 // deviceSpecific reports whether a rejection depends on the particular
 // device or GPU rather than on its class (shape, occupancy).
-func deviceSpecific(r reason) bool { return r == rSelector || r == rConstraint }
+func (n *need) deviceSpecific(r reason) bool {
+	return r == rConstraint || (r == rSelector && n.selPerDevice)
+}
 
 // bestSlow scans nodes for evictions and mode switches.
 func (s *State) bestSlow(n *need, nodes []int) (cand, bool) {

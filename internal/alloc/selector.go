@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/google/cel-go/cel"
@@ -59,6 +60,24 @@ type compiled struct {
 	prg     cel.Program
 	byDev   []int8 // 0 unknown, 1 match, 2 no match
 	virtual map[virtKey]bool
+	// classLevel is set when the expression reads only attributes that
+	// every device of one shape shares (model, profile, memory, ...), so
+	// one device's answer holds for its whole class.
+	classLevel bool
+}
+
+// perDeviceWords are the names whose presence makes a selector's answer
+// differ between devices of one shape. The test is textual and errs on
+// the side of per-device evaluation.
+var perDeviceWords = []string{"node", "uuid", "UUID", "index"}
+
+func isClassLevel(expr string) bool {
+	for _, w := range perDeviceWords {
+		if strings.Contains(expr, w) {
+			return false
+		}
+	}
+	return true
 }
 
 type virtKey struct{ gpu, profile int }
@@ -75,7 +94,7 @@ func (c *selectorCache) get(expr string) (*compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := &compiled{prg: prg, virtual: map[virtKey]bool{}}
+	sc := &compiled{prg: prg, virtual: map[virtKey]bool{}, classLevel: isClassLevel(expr)}
 	c.sels[expr] = sc
 	return sc, nil
 }
@@ -87,6 +106,16 @@ func eval(prg cel.Program, dev, node map[string]any) bool {
 	}
 	b, ok := out.Value().(bool)
 	return ok && b
+}
+
+// selectorPerDevice reports whether a selector's answer may differ
+// between devices of one shape.
+func (s *State) selectorPerDevice(expr string) bool {
+	if expr == "" {
+		return false
+	}
+	sc, err := s.sel.get(expr)
+	return err != nil || !sc.classLevel
 }
 
 // matchDevice evaluates a request's selector on an existing device.

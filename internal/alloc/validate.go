@@ -24,6 +24,12 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 // ValidateClaim checks a claim and returns every problem at once, each
 // naming its field and what would be valid.
 func ValidateClaim(c *Claim) error {
+	return validateClaim(c, func(expr string) error { _, err := CompileSelector(expr); return err })
+}
+
+// validateClaim is ValidateClaim with the selector compiler supplied, so a
+// State can use its cache of compiled selectors.
+func validateClaim(c *Claim, compile func(string) error) error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
@@ -80,7 +86,7 @@ func ValidateClaim(c *Claim) error {
 			bad(f("workload"), "%q: want inference, interactive, batch or training", r.Workload)
 		}
 		if r.Selector != "" {
-			if _, err := CompileSelector(r.Selector); err != nil {
+			if err := compile(r.Selector); err != nil {
 				bad(f("selector"), "%v", err)
 			}
 		}

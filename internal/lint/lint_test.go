@@ -90,6 +90,8 @@ var pure = []string{
 	module + "/internal/alloc",
 	module + "/internal/plan",
 	module + "/internal/sim",
+	module + "/internal/packing",
+	module + "/internal/spec",
 }
 
 // forbiddenInPure are dependencies (direct or transitive) a pure package

@@ -1,0 +1,45 @@
+// Package packing is gpuslice's packing benchmark: it measures how many
+// GPUs the real allocator (internal/alloc) needs for seeded, reproducible
+// workload mixes, against a lower bound that nothing can beat and against
+// the ways users share GPUs today.
+//
+// A Mix (see Mixes) describes tenants and the claims they submit on one GPU
+// model: inference replicas (small memory, low compute, several identical
+// replicas per service), notebooks (interactive, small), batch jobs (large
+// memory, at least half a GPU of compute) and explicit MIG requests (a
+// profile named). Mix.Claims expands it, for a seed, into alloc.Claims in a
+// shuffled arrival order; the same mix and seed always give the same claims.
+//
+// Run places those claims five ways and returns a Report:
+//
+//   - gpuslice: the real allocator (alloc.State.Allocate then Apply, one
+//     claim at a time, binpack policy) on a fleet of twice as many GPUs as
+//     claims, every GPU with dynamic sharing and, on MIG-capable models,
+//     dynamic MIG. A GPU counts when it holds at least one allocation.
+//     State.Check must hold afterwards (no overcommit, isolation intact)
+//     and the promised memory and compute of every device are re-added
+//     from the allocations and compared with the device as a second check.
+//   - whole-gpu: one claim per GPU (what a plain nvidia.com/gpu: 1 gives).
+//   - timeslice-N: the NVIDIA device plugin's time-slicing with N replicas
+//     per GPU: every claim takes one replica whatever its memory, packed
+//     first-fit, tenants not separated, memory and compute unchecked.
+//     Devices whose promised memory exceeds the GPU's memory are reported as
+//     overcommitted.
+//   - static-mig: every GPU pre-partitioned into the mix's fixed layout (as
+//     mig-parted would apply it); each claim takes the smallest free
+//     instance that fits it; claims that fit no instance of the layout get
+//     a whole un-partitioned GPU from a separate pool. Not applicable on
+//     models without MIG.
+//   - first-fit: whole-GPU first-fit on memory and compute, one tenant per
+//     GPU, no MIG and no replica limit.
+//
+// The lower bounds are defined in bounds.go: LowerBound is the classic
+// per-dimension volume bound (memory, compute, MIG memory slices) and
+// IsolationLowerBound also charges every isolation group (a tenant's
+// tenant-isolated claims, a claim that holds its device alone, or the pool
+// of tenants whose claims all chose isolation none) for at least one device, counted in MIG memory slices, compute slices and
+// instances. Both are valid for any placement that honours the claims'
+// memory, compute, profiles and isolation, so no method can use fewer GPUs.
+//
+// Everything here is pure: no I/O, no clocks, no global randomness.
+package packing
