@@ -91,7 +91,6 @@ var pure = []string{
 	module + "/internal/plan",
 	module + "/internal/sim",
 	module + "/internal/packing",
-	module + "/internal/spec",
 }
 
 // forbiddenInPure are dependencies (direct or transitive) a pure package
