@@ -2,7 +2,6 @@ package alloc
 
 import (
 	"fmt"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,15 +31,21 @@ func (s *State) Allocate(c *Claim) (*Allocation, error) {
 	}
 	a := &Allocation{Claim: c.Name, Tenant: c.Tenant, Isolation: iso}
 	p := placer{s: s, c: c, iso: iso, groups: constraintGroups(c), explain: true}
-	if err := p.place(decisionOrder(c, iso), a, map[int]bool{}); err != nil {
+	steps := decisionOrder(c, iso)
+	var taken map[int]bool
+	if len(steps) > 1 {
+		taken = map[int]bool{}
+	}
+	if err := p.place(steps, a, taken); err != nil {
 		return nil, err
 	}
-	// Report devices in the claim's request order.
-	rank := map[string]int{}
-	for i, r := range c.Requests {
-		rank[r.Name] = i
+	if len(a.Devices) > 1 { // report devices in the claim's request order
+		rank := map[string]int{}
+		for i, r := range c.Requests {
+			rank[r.Name] = i
+		}
+		sort.SliceStable(a.Devices, func(i, j int) bool { return rank[a.Devices[i].Request] < rank[a.Devices[j].Request] })
 	}
-	sort.SliceStable(a.Devices, func(i, j int) bool { return rank[a.Devices[i].Request] < rank[a.Devices[j].Request] })
 	a.Env = processEnv(a)
 	return a, nil
 }
@@ -64,6 +69,9 @@ func decisionOrder(c *Claim, iso Isolation) []step {
 		for k := 0; k < max(r.Count, 1); k++ {
 			out = append(out, step{r: r, k: k, d: d})
 		}
+	}
+	if len(out) == 1 {
+		return out
 	}
 	size := func(r *Request) (int, int64) {
 		g := 0
@@ -140,7 +148,9 @@ func (p *placer) place(steps []step, a *Allocation, taken map[int]bool) error {
 			return fmt.Errorf("claim %s: internal error applying a decision: %w", p.c.Name, err)
 		}
 		undos = append(undos, undo)
-		taken[s.byUUID[part.Devices[0].Device]] = true
+		if taken != nil {
+			taken[s.byUUID[part.Devices[0].Device]] = true
+		}
 	}
 	return nil
 }
@@ -322,8 +332,7 @@ func (s *State) assignment(c *Claim, iso Isolation, r *Request, cd cand) *Alloca
 		if pct == 0 {
 			pct = 100
 		}
-		as.MPS = &MPSLimits{ActiveThreadPercent: pct, PinnedMemoryMiB: cd.mem,
-			PipeDirectory: path.Join(MPSPipeRoot, pipeName(as.Device))}
+		as.MPS = &MPSLimits{ActiveThreadPercent: pct, PinnedMemoryMiB: cd.mem, PipeDirectory: PipeDirectory(as.Device)}
 	}
 	a.Devices = []Assigned{as}
 	return a
@@ -341,7 +350,9 @@ func firstFreeSlot(slots uint64) int {
 // pipeNamer makes a device id safe as one path element (immutable).
 var pipeNamer = strings.NewReplacer("/", "_", "@", "_", ":", "_")
 
-func pipeName(id string) string { return pipeNamer.Replace(id) }
+// PipeDirectory is the MPS pipe directory of a device: the control daemon,
+// its server and every client of the device use it.
+func PipeDirectory(device string) string { return MPSPipeRoot + "/" + pipeNamer.Replace(device) }
 
 // describe says in words which candidate was taken. It runs on every
 // decision, so it concatenates instead of formatting.
@@ -375,13 +386,18 @@ func (s *State) describe(c *cand) string {
 // claim: CUDA_VISIBLE_DEVICES lists them (GPU or MIG uuids), MPS clients
 // get the pipe directory and their limits.
 func processEnv(a *Allocation) map[string]string {
-	env := map[string]string{"GPUSLICE_CLAIM": a.Claim, "GPUSLICE_TENANT": a.Tenant}
-	var ids, mem []string
+	env := make(map[string]string, 9)
+	env["GPUSLICE_CLAIM"], env["GPUSLICE_TENANT"] = a.Claim, a.Tenant
+	var ids, mem strings.Builder
 	var total int64
-	for _, d := range a.Devices {
-		ids = append(ids, d.Device)
+	for i, d := range a.Devices {
+		if i > 0 {
+			ids.WriteByte(',')
+			mem.WriteByte(',')
+		}
+		ids.WriteString(d.Device)
 		total += d.MemoryMiB
-		mem = append(mem, d.Device+"="+strconv.FormatInt(d.MemoryMiB, 10)+"M")
+		mem.WriteString(d.Device + "=" + strconv.FormatInt(d.MemoryMiB, 10) + "M")
 		if d.MPS != nil {
 			env["CUDA_MPS_PIPE_DIRECTORY"] = d.MPS.PipeDirectory
 			env["CUDA_MPS_LOG_DIRECTORY"] = d.MPS.PipeDirectory + "/log"
@@ -389,8 +405,8 @@ func processEnv(a *Allocation) map[string]string {
 			env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = d.Device + "=" + strconv.FormatInt(d.MPS.PinnedMemoryMiB, 10) + "M"
 		}
 	}
-	env["CUDA_VISIBLE_DEVICES"] = strings.Join(ids, ",")
-	env["GPUSLICE_MEMORY_LIMITS"] = strings.Join(mem, ",")
+	env["CUDA_VISIBLE_DEVICES"] = ids.String()
+	env["GPUSLICE_MEMORY_LIMITS"] = mem.String()
 	env["GPUSLICE_MEMORY_LIMIT_MIB"] = strconv.FormatInt(total, 10)
 	return env
 }

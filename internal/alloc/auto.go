@@ -32,8 +32,10 @@ type decision struct {
 //	| 3 | latency-sensitive, or heavy inference    | mps (with limits), mig, excl. | MPS+limits degrades least; MIG isolates   |
 //	|   | (inference with compute ≥ 50%)           |                               |                                           |
 //	| 4 | GPU-intensive batch/training (≥ 50%)     | mps (with limits), mig, excl. | time-slicing is not ideal for these jobs  |
-//	| 5 | everything else: light inference,        | timeslice, mps, mig, excl.    | both TS and MPS add utilisation without   |
-//	|   | notebooks, small batch (< 50%)           |                               | hurting light work; TS is simplest        |
+//	| 5 | light inference, small batch (< 50%)     | mps, timeslice, mig, excl.    | both add utilisation without hurting;     |
+//	|   |                                          |                               | MPS has the lower overhead                |
+//	| 6 | notebooks, dev, CI; unknown work (< 50%) | timeslice, mps, mig, excl.    | time-slicing is simplest, starts fastest  |
+//	|   |                                          |                               | and keeps one crash from hitting others   |
 var autoTable = []struct {
 	name    string
 	match   func(r *Request, iso Isolation) bool
@@ -54,9 +56,13 @@ var autoTable = []struct {
 		return (r.Workload == WorkloadBatch || r.Workload == WorkloadTraining) && r.ComputePercent >= 50
 	}, []choice{{MPS, false}, {MIG, true}, {Exclusive, false}},
 		"GPU-intensive batch: MPS with limits or MIG (time-slicing cannot cap usage)"},
-	{"light", func(r *Request, iso Isolation) bool { return true },
+	{"light", func(r *Request, iso Isolation) bool {
+		return r.Workload == WorkloadInference || r.Workload == WorkloadBatch || r.Workload == WorkloadTraining
+	}, []choice{{MPS, false}, {TimeSlice, false}, {MIG, true}, {Exclusive, false}},
+		"light inference or small batch: MPS (lowest overhead) or time-slicing add utilisation without hurting it; MIG when a new device is needed"},
+	{"interactive", func(r *Request, iso Isolation) bool { return true },
 		[]choice{{TimeSlice, false}, {MPS, false}, {MIG, true}, {Exclusive, false}},
-		"light work: time-slicing or MPS add utilisation without hurting it; MIG when a new device is needed"},
+		"notebooks, dev and unknown light work: time-slicing (simplest, fastest start, a crash stays in its process) or MPS; MIG when a new device is needed"},
 }
 
 // decide returns the mechanisms a request may use. Explicit modes give one

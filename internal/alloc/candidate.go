@@ -47,6 +47,11 @@ type cand struct {
 // lockedUnits is the denominator of cand.locked: divisible by 7 and 8.
 const lockedUnits = 840
 
+// DefaultReplicas is how many claims a device the allocator configures for
+// time-slicing takes. Memory and compute are accounted per claim anyway, so
+// the replica count only bounds context-switching among small claims.
+const DefaultReplicas = 16
+
 // better reports whether a beats b under the fleet's policy. The order is
 // total: kind, GPU share newly held, mechanism preference, touch tier
 // (binpack: touched first; spread: untouched first), tightness of fit
@@ -138,7 +143,7 @@ func (s *State) shareFor(mode Mode, compute int, sh Sharing) Sharing {
 		if sh.Mode != TimeSlice {
 			r := s.policy.DefaultReplicas
 			if r <= 0 {
-				r = 4
+				r = DefaultReplicas
 			}
 			return Sharing{Mode: TimeSlice, Replicas: r, Interval: "Default"}
 		}
@@ -254,8 +259,8 @@ func slotLimit(sh Sharing) int {
 }
 
 func sameProfile(g *gpuState, p int, name string) bool {
-	q, err := g.geo.Profile(name)
-	return err == nil && q == p
+	q, ok := g.geo.Lookup(name)
+	return ok && q == p
 }
 
 // tryOpen checks an idle existing device.
@@ -330,8 +335,8 @@ func (s *State) profilesFor(n *need, gi int) ([]int, reason) {
 // profilesForModel is profilesFor for any GPU of a model, smallest first.
 func profilesForModel(n *need, m *catalog.GPU, geo *mig.Geometry) ([]int, reason) {
 	if n.req.Profile != "" {
-		p, err := geo.Profile(n.req.Profile)
-		if err != nil {
+		p, ok := geo.Lookup(n.req.Profile)
+		if !ok {
 			return nil, rProfile
 		}
 		return []int{p}, rOK
@@ -397,6 +402,13 @@ func (s *State) tryEvict(n *need, gi, p int, ch choice, rank int) (cand, reason)
 	g := &s.gpus[gi]
 	if c, r := s.tryCreate(n, gi, p, ch, rank); r != rLayout {
 		return c, r // no eviction needed, or a reason eviction cannot fix
+	}
+	idle := false
+	for _, di := range g.inst {
+		idle = idle || (s.devs[di].idle() && !n.taken[di])
+	}
+	if !idle {
+		return cand{}, rInUse // nothing to destroy
 	}
 	held := make([]mig.Held, len(g.inst))
 	for i, di := range g.inst {

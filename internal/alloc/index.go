@@ -254,8 +254,8 @@ func (s *State) reindexGPU(gi int) {
 			ix.devIdle[di] = idleRef{ok: true, key: key, tier: tier}
 			continue
 		}
-		if d.hardware || (d.mode != TimeSlice && d.mode != MPS) {
-			continue
+		if d.hardware || (d.mode != TimeSlice && d.mode != MPS) || d.clients >= slotLimit(d.sharing) {
+			continue // nobody can join it
 		}
 		var jk joinKeys
 		if len(d.tenants) == 1 {

@@ -77,7 +77,7 @@ type Policy struct {
 	AllowModeSwitch bool `json:"allowModeSwitch,omitempty"`
 	// DefaultReplicas and DefaultMaxClients configure devices whose sharing
 	// is Dynamic (and new MIG instances) when they become time-sliced or
-	// MPS. Zero means 4 replicas and 48 clients (MPS clients on a MIG
+	// MPS. Zero means DefaultReplicas and 48 clients (MPS clients on a MIG
 	// instance are scaled down by its share of compute slices).
 	DefaultReplicas   int `json:"defaultReplicas,omitempty"`
 	DefaultMaxClients int `json:"defaultMaxClients,omitempty"`

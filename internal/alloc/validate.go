@@ -45,7 +45,10 @@ func validateClaim(c *Claim, compile func(string) error) error {
 	if len(c.Requests) == 0 {
 		bad("requests", "is empty; a claim asks for at least one device")
 	}
-	names := map[string]bool{}
+	var names map[string]bool
+	if len(c.Requests) > 1 || len(c.Constraints) > 0 {
+		names = map[string]bool{}
+	}
 	total, mpsDevices := 0, 0
 	for i := range c.Requests {
 		r := &c.Requests[i]
@@ -55,7 +58,9 @@ func validateClaim(c *Claim, compile func(string) error) error {
 		} else if names[r.Name] {
 			bad(f("name"), "%q is used twice", r.Name)
 		}
-		names[r.Name] = true
+		if names != nil {
+			names[r.Name] = true
+		}
 		count := max(r.Count, 1)
 		if r.Count < 0 || r.Count > MaxDevicesPerClaim {
 			bad(f("count"), "%d: want 1..%d", r.Count, MaxDevicesPerClaim)
@@ -105,7 +110,7 @@ func validateClaim(c *Claim, compile func(string) error) error {
 			bad(fmt.Sprintf("constraints[%d].match", i), "%q: want node or gpu", con.Match)
 		}
 		for j, rn := range con.Requests {
-			if !names[rn] {
+			if !names[rn] && (len(c.Requests) != 1 || c.Requests[0].Name != rn) {
 				bad(fmt.Sprintf("constraints[%d].requests[%d]", i, j), "%q is not a request of this claim", rn)
 			}
 		}

@@ -150,6 +150,16 @@ func (g *Geometry) Profile(name string) (int, error) {
 		Valid: names, Suggestion: catalog.Suggest(name, names)}
 }
 
+// Lookup returns the index of a profile by name (case-insensitive)
+// without building an error; hot paths use it.
+func (g *Geometry) Lookup(name string) (int, bool) {
+	if i, ok := g.byName[name]; ok {
+		return i, true
+	}
+	i, ok := g.byName[strings.ToLower(strings.TrimSpace(name))]
+	return i, ok
+}
+
 // ProfileNames lists the profile names in catalog order.
 func (g *Geometry) ProfileNames() []string {
 	out := make([]string, len(g.Shapes))
