@@ -143,7 +143,7 @@ func (p *placer) place(steps []step, a *Allocation, taken map[int]bool) error {
 		if i == len(steps)-1 {
 			break // the last device: nothing to decide on top of it
 		}
-		undo, err := s.apply(part)
+		undo, err := s.apply(part, true)
 		if err != nil {
 			return fmt.Errorf("claim %s: internal error applying a decision: %w", p.c.Name, err)
 		}
@@ -265,7 +265,7 @@ func (p *placer) bestConstrained(n *need, cons []Constraint, rest []step, a *All
 func (p *placer) restFits(first *need, cd cand, rest []step, a *Allocation) bool {
 	s := p.s
 	part := s.assignment(p.c, p.iso, first.req, cd)
-	undo, err := s.apply(part)
+	undo, err := s.apply(part, true)
 	if err != nil {
 		return false
 	}

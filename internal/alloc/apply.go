@@ -13,11 +13,9 @@ func (s *State) Apply(a *Allocation) error {
 	if _, dup := s.allocs[a.Claim]; dup {
 		return fmt.Errorf("claim %s is already allocated", a.Claim)
 	}
-	undo, err := s.apply(a)
-	if err != nil {
+	if _, err := s.apply(a, true); err != nil {
 		return err
 	}
-	_ = undo
 	s.allocs[a.Claim] = a
 	return nil
 }
@@ -44,8 +42,9 @@ func (s *State) Release(claim string) error {
 	return nil
 }
 
-// apply performs an allocation and returns how to undo it exactly.
-func (s *State) apply(a *Allocation) (func(), error) {
+// apply performs an allocation (its changes too when withChanges) and
+// returns how to undo it exactly.
+func (s *State) apply(a *Allocation, withChanges bool) (func(), error) {
 	var log []func()
 	undo := func() {
 		for i := len(log) - 1; i >= 0; i-- {
@@ -59,6 +58,9 @@ func (s *State) apply(a *Allocation) (func(), error) {
 		return nil, fmt.Errorf("claim %s: %w", a.Claim, err)
 	}
 	for _, ch := range a.Changes {
+		if !withChanges {
+			break
+		}
 		gi, err := s.gpuByUUID(ch.GPU)
 		if err != nil {
 			return fail(err)

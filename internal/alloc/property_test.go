@@ -211,3 +211,35 @@ func checkAgreement(t *testing.T, s *State, c *Claim, where string) {
 		t.Fatalf("%s: indexed chose %+v, scan chose %+v", where, a, b)
 	}
 }
+
+// Fleet() and the committed allocations rebuild an equivalent State.
+func TestFleetSnapshotRebuilds(t *testing.T) {
+	for seed := range 10 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 11))
+		s, err := NewState(randomFleet(rng), nil, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for step := range 60 {
+			if a, err := s.Allocate(randomClaim(rng, step)); err == nil {
+				if err := s.Apply(a); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		var allocs []Allocation
+		for _, a := range s.Allocations() {
+			allocs = append(allocs, *a)
+		}
+		re, err := NewState(s.Fleet(), allocs, Options{})
+		if err != nil {
+			t.Fatalf("seed %d: rebuilding from the snapshot: %v", seed, err)
+		}
+		if err := re.Check(); err != nil {
+			t.Fatal(err)
+		}
+		if len(re.Allocations()) != len(s.Allocations()) {
+			t.Fatalf("seed %d: %d allocations after rebuild, want %d", seed, len(re.Allocations()), len(s.Allocations()))
+		}
+	}
+}

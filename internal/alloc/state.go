@@ -91,10 +91,11 @@ type Options struct {
 	Catalog *catalog.Catalog
 }
 
-// NewState indexes a fleet and the allocations already made on it. It
-// checks the fleet (unknown models, invalid MIG layouts, duplicate ids) and
-// re-applies every allocation, so a snapshot that would break a capacity
-// rule is rejected rather than trusted.
+// NewState indexes a fleet and the allocations already made on it. The
+// fleet is the truth about layouts: the existing allocations' changes are
+// taken as already made (as in a snapshot from Fleet()), and only their use
+// of devices is applied — checked against every rule, so a snapshot that
+// would break one is rejected rather than trusted.
 func NewState(f Fleet, existing []Allocation, opts Options) (*State, error) {
 	cat := opts.Catalog
 	if cat == nil {
@@ -130,9 +131,13 @@ func NewState(f Fleet, existing []Allocation, opts Options) (*State, error) {
 	s.idx = newIndex(s)
 	for i := range existing {
 		a := existing[i]
-		if err := s.Apply(&a); err != nil {
+		if _, dup := s.allocs[a.Claim]; dup {
+			return nil, fmt.Errorf("existing allocation %s: listed twice", a.Claim)
+		}
+		if _, err := s.apply(&a, false); err != nil {
 			return nil, fmt.Errorf("existing allocation %s: %w", a.Claim, err)
 		}
+		s.allocs[a.Claim] = &a
 	}
 	return s, nil
 }

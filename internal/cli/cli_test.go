@@ -53,6 +53,13 @@ func TestGolden(t *testing.T) {
 		"mig-evict-busy":         {"mig", "evict", "A100-40GB", "--have", "3g.20gb@0,1g.5gb@4", "--in-use", "3g.20gb@0,1g.5gb@4", "--want", "3g.20gb", "-o", "yaml"},
 		"mig-non-mig-model":      {"mig", "layouts", "L4"},
 		"bad-output-format":      {"catalog", "gpus", "-o", "xml"},
+		"plan-seed-timeslicing":  {"plan", "../../examples/compose-timeslicing.yaml"},
+		"plan-seed-mig":          {"plan", "../../examples/compose-mig.yaml"},
+		"plan-example":           {"plan", "../../examples/gpuslice.yaml"},
+		"plan-broken":            {"plan", "../spec/testdata/compose/broken.yaml"},
+		"plan-unknown-format":    {"plan", "../../go.mod"},
+		"render-karpenter":       {"render", "../../examples/gpuslice.yaml", "--target", "karpenter"},
+		"render-bad-target":      {"render", "../../examples/gpuslice.yaml", "--target", "helm"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -48,7 +48,7 @@ types, and the MIG geometry engine (validate, place, fit, evict).`,
 	root.SetErr(errOut)
 	root.PersistentFlags().StringVarP(&e.format, "output", "o", "table", "output format: "+strings.Join(outputFormats, "|"))
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
-	root.AddCommand(catalogCmd(e), migCmd(e), benchCmd(e))
+	root.AddCommand(catalogCmd(e), migCmd(e), planCmd(e), renderCmd(e), schemaCmd(e), benchCmd(e))
 	return root
 }
 

@@ -91,6 +91,8 @@ var pure = []string{
 	module + "/internal/plan",
 	module + "/internal/sim",
 	module + "/internal/packing",
+	module + "/internal/model",
+	module + "/internal/render",
 }
 
 // forbiddenInPure are dependencies (direct or transitive) a pure package

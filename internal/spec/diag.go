@@ -32,7 +32,10 @@ func (d Diagnostic) String() string {
 	if d.Pos.File != "" {
 		b.WriteString(d.Pos.File)
 		if d.Pos.Line > 0 {
-			fmt.Fprintf(&b, ":%d:%d", d.Pos.Line, d.Pos.Column)
+			fmt.Fprintf(&b, ":%d", d.Pos.Line)
+			if d.Pos.Column > 0 {
+				fmt.Fprintf(&b, ":%d", d.Pos.Column)
+			}
 		}
 		b.WriteString(": ")
 	}

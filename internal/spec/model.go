@@ -1,132 +1,16 @@
 package spec
 
-import (
-	"github.com/gpuslice/gpuslice/internal/alloc"
+import "github.com/gpuslice/gpuslice/internal/model"
+
+// The model types, under the names the readers use.
+type (
+	Spec            = model.Spec
+	Pool            = model.Pool
+	Taint           = model.Taint
+	Tenant          = model.Tenant
+	Workload        = model.Workload
+	Autoscaling     = model.Autoscaling
+	ImportedSharing = model.ImportedSharing
+	ImportedDevices = model.ImportedDevices
+	Pos             = model.Pos
 )
-
-// Spec is what every input format is read into: where workloads may run
-// (pools), who they belong to (tenants) and what they need (workloads).
-type Spec struct {
-	// Sources lists the files the spec was read from.
-	Sources   []string     `json:"sources,omitempty"`
-	Policy    alloc.Policy `json:"policy,omitempty"`
-	Pools     []Pool       `json:"pools,omitempty"`
-	Tenants   []Tenant     `json:"tenants,omitempty"`
-	Workloads []Workload   `json:"workloads,omitempty"`
-	// Imported holds sharing setups read from NVIDIA configs that apply to
-	// pools by name (device-plugin config name, mig-parted config name).
-	Imported []ImportedSharing `json:"imported,omitempty"`
-}
-
-// Pool is a group of identical nodes.
-type Pool struct {
-	Name string `json:"name"`
-	// InstanceType is a catalog instance type (p4d.24xlarge); or GPU and
-	// GPUsPerNode describe the nodes directly.
-	InstanceType string `json:"instanceType,omitempty"`
-	GPU          string `json:"gpu,omitempty"`
-	GPUsPerNode  int    `json:"gpusPerNode,omitempty"`
-	// Nodes is the node count; 0 means "as many as the plan needs" up to
-	// MaxNodes (0 = no limit).
-	Nodes    int `json:"nodes,omitempty"`
-	MaxNodes int `json:"maxNodes,omitempty"`
-	// Sharing is how whole GPUs (MIG off) are shared.
-	Sharing alloc.Sharing `json:"sharing,omitempty"`
-	// MIG is "" (off), "dynamic", or a fixed layout on every GPU:
-	// profiles with counts, placed explicitly by the planner.
-	MIG       string         `json:"mig,omitempty"`
-	MIGLayout map[string]int `json:"migLayout,omitempty"`
-	// MIGSharing is how each MIG instance is shared (layered sharing).
-	MIGSharing alloc.Sharing     `json:"migSharing,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
-	Taints     []Taint           `json:"taints,omitempty"`
-	// Where is the file position that defined the pool.
-	Where Pos `json:"-"`
-}
-
-// Taint is a Kubernetes node taint the pool's nodes carry.
-type Taint struct {
-	Key    string `json:"key"`
-	Value  string `json:"value,omitempty"`
-	Effect string `json:"effect"`
-}
-
-// Tenant is a team or customer with optional quotas.
-type Tenant struct {
-	Name string `json:"name"`
-	// Quota limits what the tenant's workloads may hold at once (0 = none).
-	MemoryMiB      int64 `json:"memoryMiB,omitempty"`
-	ComputePercent int   `json:"computePercent,omitempty"`
-}
-
-// Workload is a set of identical replicas, each needing one claim.
-type Workload struct {
-	Name     string `json:"name"`
-	Tenant   string `json:"tenant"`
-	Replicas int    `json:"replicas"`
-	// MinReplicas is the autoscaler's floor (compose autoscaling); the plan
-	// sizes for Replicas (the ceiling).
-	MinReplicas int                `json:"minReplicas,omitempty"`
-	Pool        string             `json:"pool,omitempty"`
-	Isolation   alloc.Isolation    `json:"isolation,omitempty"`
-	Priority    int                `json:"priority,omitempty"`
-	Requests    []alloc.Request    `json:"requests"`
-	Constraints []alloc.Constraint `json:"constraints,omitempty"`
-	// Container holds what render needs for Kubernetes objects.
-	Image string            `json:"image,omitempty"`
-	Ports []int             `json:"ports,omitempty"`
-	CPU   string            `json:"cpu,omitempty"`    // e.g. "500m"
-	Mem   string            `json:"memory,omitempty"` // e.g. "250M"
-	Env   map[string]string `json:"env,omitempty"`
-	// Autoscaling and serverless settings carried from compose.
-	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`
-	Where       Pos          `json:"-"`
-}
-
-// Autoscaling carries x-omnistrate-capabilities.
-type Autoscaling struct {
-	MinReplicas                        int  `json:"minReplicas"`
-	MaxReplicas                        int  `json:"maxReplicas"`
-	IdleMinutesBeforeScalingDown       int  `json:"idleMinutesBeforeScalingDown,omitempty"`
-	IdleThreshold                      int  `json:"idleThreshold,omitempty"`
-	OverUtilizedMinutesBeforeScalingUp int  `json:"overUtilizedMinutesBeforeScalingUp,omitempty"`
-	OverUtilizedThreshold              int  `json:"overUtilizedThreshold,omitempty"`
-	TargetPort                         int  `json:"targetPort,omitempty"`
-	EnableAutoStop                     bool `json:"enableAutoStop,omitempty"`
-	MinimumNodesInPool                 int  `json:"minimumNodesInPool,omitempty"`
-}
-
-// ImportedSharing is the sharing setup an NVIDIA config describes.
-type ImportedSharing struct {
-	// Source is "nvidia-device-plugin" or "mig-parted"; Name the config
-	// name inside it (device-plugin config key, mig-parted config name).
-	Source string `json:"source"`
-	Name   string `json:"name"`
-	// Sharing applies to whole GPUs (and, with MIG strategy mixed, to MIG
-	// devices of the listed resources).
-	Sharing    alloc.Sharing `json:"sharing,omitempty"`
-	MIGSharing alloc.Sharing `json:"migSharing,omitempty"`
-	// MIGStrategy is the device plugin's none|single|mixed.
-	MIGStrategy string `json:"migStrategy,omitempty"`
-	// Devices lists per-device MIG settings (mig-parted).
-	Devices []ImportedDevices `json:"devices,omitempty"`
-	Where   Pos               `json:"-"`
-}
-
-// ImportedDevices is one mig-parted entry: which GPUs, MIG on or off, and
-// the instance counts.
-type ImportedDevices struct {
-	// Devices is "all" or GPU indexes.
-	All          bool           `json:"all,omitempty"`
-	Indexes      []int          `json:"indexes,omitempty"`
-	DeviceFilter []string       `json:"deviceFilter,omitempty"`
-	MIGEnabled   bool           `json:"migEnabled"`
-	MIGDevices   map[string]int `json:"migDevices,omitempty"`
-}
-
-// Pos is a position in an input file.
-type Pos struct {
-	File   string `json:"file,omitempty"`
-	Line   int    `json:"line,omitempty"`
-	Column int    `json:"column,omitempty"`
-}

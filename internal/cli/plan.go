@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuslice/gpuslice/internal/plan"
+	artifacts "github.com/gpuslice/gpuslice/internal/render"
+	"github.com/gpuslice/gpuslice/internal/spec"
+	"github.com/gpuslice/gpuslice/schema"
+)
+
+// readSpecs reads and merges input files, printing warnings to errOut and
+// failing with every error at once.
+func readSpecs(e *env, files []string, format string) (*spec.Spec, error) {
+	var merged *spec.Spec
+	var all spec.Diagnostics
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		s, diags := spec.Read(f, data, spec.Format(format))
+		all = append(all, diags...)
+		if merged == nil {
+			merged = s
+		} else {
+			merged = spec.Merge(merged, s)
+		}
+	}
+	all.Sort()
+	if err := all.Err(); err != nil {
+		return nil, err
+	}
+	for _, d := range all {
+		fmt.Fprintln(e.errOut, d.String())
+	}
+	return merged, nil
+}
+
+func planCmd(e *env) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "plan FILE...",
+		Short: "Show what it takes to run these files: nodes, GPUs, MIG layouts, placements, cost",
+		Long: `Reads compose.yaml (x-internal-integrations.multiTenantGpu), Kubernetes DRA claims,
+NVIDIA device-plugin or mig-parted configs, or gpuslice's own YAML, places every replica
+with the real allocator on a simulated fleet, and reports the nodes and GPUs each pool
+needs, every GPU's MIG layout and sharing, which replica lands where, the cost per hour
+against dedicated whole GPUs, and warnings.`,
+		Example: "  gpuslice plan examples/compose-timeslicing.yaml\n  gpuslice plan examples/gpuslice.yaml -o yaml",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := readSpecs(e, args, format)
+			if err != nil {
+				return err
+			}
+			p, err := plan.Make(s, plan.Options{})
+			if err != nil {
+				return err
+			}
+			return e.render(planTable(p), p)
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "", "input format (default: detected): "+formatNames())
+	return cmd
+}
+
+func formatNames() string {
+	var out []string
+	for _, f := range spec.Formats() {
+		out = append(out, string(f))
+	}
+	return strings.Join(out, ", ")
+}
+
+func renderCmd(e *env) *cobra.Command {
+	var format, target string
+	cmd := &cobra.Command{
+		Use:   "render FILE... --target " + strings.Join(artifacts.Targets(), "|"),
+		Short: "Write the files other tools consume: device-plugin and mig-parted configs, DRA objects, Deployments, NodePools",
+		Example: "  gpuslice render examples/gpuslice.yaml --target karpenter\n" +
+			"  gpuslice render compose.yaml --target nvidia-device-plugin | kubectl apply -f -",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := readSpecs(e, args, format)
+			if err != nil {
+				return err
+			}
+			p, err := plan.Make(s, plan.Options{})
+			if err != nil {
+				return err
+			}
+			out, err := artifacts.Render(target, s, p)
+			if err != nil {
+				return err
+			}
+			_, err = e.out.Write(out)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&target, "target", "", "what to write: "+strings.Join(artifacts.Targets(), ", "))
+	cmd.Flags().StringVar(&format, "format", "", "input format (default: detected): "+formatNames())
+	_ = cmd.MarkFlagRequired("target")
+	_ = cmd.RegisterFlagCompletionFunc("target", cobra.FixedCompletions(artifacts.Targets(), cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func schemaCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "schema",
+		Short: "Print the JSON Schema of gpuslice's own YAML (for editors)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, err := e.out.Write(schema.JSON)
+			return err
+		},
+	}
+}
+
+// planTable is the human view of a plan.
+func planTable(p *plan.Plan) *table {
+	t := &table{header: []string{"POOL", "INSTANCE", "GPU", "NODES", "GPUS USED", "LAYOUT / SHARING"}}
+	for _, pp := range p.Pools {
+		t.add(pp.Name, orDashS(pp.InstanceType), pp.GPU, pp.Nodes, fmt.Sprintf("%d/%d", pp.GPUsUsed, pp.Nodes*pp.GPUsPerNode), "")
+		for _, g := range pp.GPUs {
+			if len(g.Claims) == 0 && len(g.Instances) == 0 {
+				continue
+			}
+			t.add("", "", fmt.Sprintf("  %s/%d", g.Node, g.Index), "", "", gpuText(g))
+		}
+	}
+	t.notes = append(t.notes, "")
+	t.notes = append(t.notes, "PLACEMENTS")
+	for _, pl := range p.Placements {
+		var devs []string
+		for _, d := range pl.Devices {
+			devs = append(devs, fmt.Sprintf("%s %s %dMiB/%d%%", d.Device, d.Mode, d.MemoryMiB, d.ComputePercent))
+		}
+		t.notes = append(t.notes, fmt.Sprintf("  %s[%d] (%s) -> %s", pl.Workload, pl.Replica, pl.Tenant, strings.Join(devs, ", ")))
+	}
+	for _, u := range p.Unplaced {
+		t.notes = append(t.notes, fmt.Sprintf("  %s[%d] UNPLACED: %s", u.Workload, u.Replica, u.Reason))
+	}
+	c := p.Cost
+	t.notes = append(t.notes, "", fmt.Sprintf("COST  %d GPUs, $%.2f/h   dedicated whole GPUs: %d GPUs, $%.2f/h", c.GPUs, c.PerHour, c.DedicatedGPUs, c.DedicatedPerHour))
+	if c.DedicatedPerHour > 0 && c.Known {
+		t.notes = append(t.notes, fmt.Sprintf("      saves $%.2f/h (%.0f%%)", c.DedicatedPerHour-c.PerHour, 100*(c.DedicatedPerHour-c.PerHour)/c.DedicatedPerHour))
+	}
+	if !c.Known {
+		t.notes = append(t.notes, "      some prices are unknown: totals cover priced pools only")
+	}
+	if c.PriceNote != "" {
+		t.notes = append(t.notes, "      prices: "+c.PriceNote)
+	}
+	for _, w := range p.Warnings {
+		t.notes = append(t.notes, "warning: "+w)
+	}
+	return t
+}
+
+func gpuText(g plan.GPUPlan) string {
+	if !g.MIG {
+		return fmt.Sprintf("whole, %s: %s", sharingText(g.Sharing.Mode, g.Sharing.Replicas, g.Sharing.MaxClients), strings.Join(g.Claims, " "))
+	}
+	var parts []string
+	for _, in := range g.Instances {
+		parts = append(parts, fmt.Sprintf("%s@%d %s [%s]", in.Profile, in.Start, sharingText(in.Sharing.Mode, in.Sharing.Replicas, in.Sharing.MaxClients), strings.Join(in.Claims, " ")))
+	}
+	return "MIG " + strings.Join(parts, "; ")
+}
+
+func sharingText(mode any, replicas, clients int) string {
+	switch fmt.Sprint(mode) {
+	case "timeslice":
+		return fmt.Sprintf("timeslice×%d", replicas)
+	case "mps":
+		return fmt.Sprintf("mps≤%d", clients)
+	}
+	return fmt.Sprint(mode)
+}

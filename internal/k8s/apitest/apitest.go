@@ -1,0 +1,475 @@
+package apitest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+)
+
+// KubernetesVersion is the kube-apiserver version scripts/controlplane.sh
+// builds and the cache directory is named after.
+const KubernetesVersion = "v1.36.3"
+
+// Environment variables Start reads.
+const (
+	// EnvBinDir names a directory holding etcd, kube-apiserver and the
+	// Karpenter CRDs, instead of the cache directory.
+	EnvBinDir = "GPUSLICE_K8S_BIN"
+	// EnvCache is the cache root scripts/controlplane.sh builds into
+	// (default $HOME/.cache/gpuslice).
+	EnvCache = "GPUSLICE_CACHE"
+	// EnvRequire, set to 1, makes Start fail the test instead of skipping
+	// it when the binaries are missing.
+	EnvRequire = "GPUSLICE_REQUIRE_APISERVER"
+)
+
+// requiredFiles must all be in the binary directory.
+var requiredFiles = []string{"etcd", "kube-apiserver", "karpenter.sh_nodepools.yaml", "karpenter.sh_nodeclaims.yaml"}
+
+// RuntimeConfig is the --runtime-config kube-apiserver runs with: every
+// version of resource.k8s.io that 1.36 can serve.
+const RuntimeConfig = "resource.k8s.io/v1=true,resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true,resource.k8s.io/v1alpha3=true"
+
+// FeatureGates is the --feature-gates kube-apiserver runs with: every DRA
+// gate of 1.36 that can be switched on without another API group
+// (DynamicResourceAllocation and DRAAdminAccess are GA and locked on;
+// DRAWorkloadResourceClaims needs the GenericWorkload API).
+const FeatureGates = "DRAConsumableCapacity=true,DRADeviceBindingConditions=true,DRADeviceTaintRules=true," +
+	"DRADeviceTaints=true,DRAExtendedResource=true,DRAListTypeAttributes=true,DRANodeAllocatableResources=true," +
+	"DRAPartitionableDevices=true,DRAPrioritizedList=true,DRAResourceClaimDeviceStatus=true," +
+	"DRAResourceClaimGranularStatusAuthorization=true,DRAResourcePoolStatus=true"
+
+// Server is a running kube-apiserver with its etcd. Its methods are safe
+// for concurrent use.
+type Server struct {
+	// URL is the API server's address, https://127.0.0.1:PORT.
+	URL string
+	// Config authenticates as a member of system:masters. Copy it
+	// (rest.CopyConfig) before changing it.
+	Config *rest.Config
+	// Client is a dynamic client for Config.
+	Client dynamic.Interface
+	// BinDir is the directory the binaries were started from.
+	BinDir string
+
+	mapper *restmapper.DeferredDiscoveryRESTMapper
+
+	nsMu       sync.Mutex
+	namespaces map[string]bool // created for real, with a default ServiceAccount
+}
+
+// BinDir returns the directory Start looks in: $GPUSLICE_K8S_BIN if set,
+// else ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/v1.36.3.
+func BinDir() string {
+	if d := os.Getenv(EnvBinDir); d != "" {
+		return d
+	}
+	root := os.Getenv(EnvCache)
+	if root == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		root = filepath.Join(home, ".cache", "gpuslice")
+	}
+	return filepath.Join(root, "k8s", KubernetesVersion)
+}
+
+// missingFiles returns what dir lacks of requiredFiles ("" when complete).
+func missingFiles(dir string) string {
+	if dir == "" {
+		return "no home directory and " + EnvBinDir + " is unset"
+	}
+	var missing []string
+	for _, f := range requiredFiles {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.IsDir() {
+			missing = append(missing, f)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s lacks %s", dir, strings.Join(missing, ", "))
+}
+
+// Start launches etcd and kube-apiserver for the test, waits until the API
+// server is ready and the Karpenter CRDs are established, and stops both
+// when the test and its subtests end. If the binaries have not been built
+// it skips the test, or fails it when GPUSLICE_REQUIRE_APISERVER=1.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	required := os.Getenv(EnvRequire) == "1"
+	dir := BinDir()
+	why := missingFiles(dir)
+	if why == "" && !supported {
+		why = "the control plane runs only on Linux"
+	}
+	if why != "" {
+		msg := "kube-apiserver not built: run scripts/controlplane.sh (" + why + ")"
+		if required {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+
+	ctx := t.Context()
+	tmp := t.TempDir()
+	s, procs, err := start(ctx, dir, tmp)
+	// Stop whatever started, even on error; apiserver before etcd.
+	t.Cleanup(func() {
+		for i := len(procs) - 1; i >= 0; i-- {
+			procs[i].stop()
+			if t.Failed() {
+				t.Logf("%s log (tail):\n%s", procs[i].name, procs[i].tail(3000))
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("apitest: %v", err)
+	}
+	return s
+}
+
+func start(ctx context.Context, dir, tmp string) (*Server, []*process, error) {
+	var procs []*process
+	p, err := writePKI(tmp)
+	if err != nil {
+		return nil, procs, fmt.Errorf("generating certificates: %w", err)
+	}
+
+	// A port found free can be taken before the process binds it: retry.
+	var etcdURL string
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(2)
+		if err != nil {
+			return nil, procs, err
+		}
+		client := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+		peer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+		etcd, err := startProcess("etcd", filepath.Join(dir, "etcd"), filepath.Join(tmp, "etcd.log"),
+			"--name=apitest",
+			"--data-dir="+filepath.Join(tmp, "etcd"),
+			"--listen-client-urls="+client,
+			"--advertise-client-urls="+client,
+			"--listen-peer-urls="+peer,
+			"--initial-advertise-peer-urls="+peer,
+			"--initial-cluster=apitest="+peer,
+			"--initial-cluster-state=new",
+			"--unsafe-no-fsync=true",
+			"--log-level=warn",
+		)
+		if err != nil {
+			return nil, procs, err
+		}
+		procs = append(procs, etcd)
+		err = etcd.waitUntil(ctx, 60*time.Second, func(ctx context.Context) error { return etcdHealthy(ctx, client) })
+		if err == nil {
+			etcdURL = client
+			break
+		}
+		etcd.stop()
+		procs = procs[:len(procs)-1]
+		if attempt < 3 && strings.Contains(etcd.tail(4000), "address already in use") {
+			continue
+		}
+		return nil, procs, fmt.Errorf("etcd did not become healthy: %w\n%s", err, etcd.tail(3000))
+	}
+
+	var cfg *rest.Config
+	var dc *discovery.DiscoveryClient
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, procs, err
+		}
+		url := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+		api, err := startProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver"), filepath.Join(tmp, "kube-apiserver.log"),
+			"--etcd-servers="+etcdURL,
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			"--secure-port="+strconv.Itoa(ports[0]),
+			"--cert-dir="+filepath.Join(tmp, "apiserver-certs"),
+			"--tls-cert-file="+p.servingCert,
+			"--tls-private-key-file="+p.servingKey,
+			"--client-ca-file="+p.caFile,
+			"--authorization-mode=RBAC",
+			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+			"--service-account-key-file="+p.saPub,
+			"--service-account-signing-key-file="+p.saKey,
+			"--service-cluster-ip-range=10.96.0.0/16",
+			"--allow-privileged=true",
+			"--runtime-config="+RuntimeConfig,
+			"--feature-gates="+FeatureGates,
+			"--enable-priority-and-fairness=false",
+			"--profiling=false",
+		)
+		if err != nil {
+			return nil, procs, err
+		}
+		procs = append(procs, api)
+		cfg = &rest.Config{
+			Host: url,
+			TLSClientConfig: rest.TLSClientConfig{
+				CAData:   p.caPEM,
+				CertData: p.clientCertPEM,
+				KeyData:  p.clientKeyPEM,
+			},
+			QPS:            200,
+			Burst:          400,
+			Timeout:        30 * time.Second,
+			UserAgent:      "gpuslice-apitest",
+			WarningHandler: rest.NoWarnings{},
+		}
+		dc, err = discovery.NewDiscoveryClientForConfig(cfg)
+		if err != nil {
+			return nil, procs, err
+		}
+		err = api.waitUntil(ctx, 120*time.Second, func(ctx context.Context) error {
+			body, err := dc.RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			if err != nil {
+				return fmt.Errorf("%w: %s", err, body)
+			}
+			return nil
+		})
+		if err == nil {
+			break
+		}
+		api.stop()
+		procs = procs[:len(procs)-1]
+		if attempt < 3 && strings.Contains(api.tail(4000), "address already in use") {
+			continue
+		}
+		return nil, procs, fmt.Errorf("kube-apiserver did not become ready: %w\n%s", err, api.tail(3000))
+	}
+
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, procs, err
+	}
+	s := &Server{
+		URL:        cfg.Host,
+		Config:     cfg,
+		Client:     client,
+		BinDir:     dir,
+		mapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
+		namespaces: map[string]bool{},
+	}
+	if err := s.installCRDs(ctx, dir); err != nil {
+		return nil, procs, err
+	}
+	return s, procs, nil
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// installCRDs creates every CustomResourceDefinition in dir/*.yaml and waits
+// until each is established and served.
+func (s *Server) installCRDs(ctx context.Context, dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	var names []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		for _, d := range splitDocuments(data) {
+			if d.err != nil {
+				return fmt.Errorf("%s: %w", f, d.err)
+			}
+			if d.obj.GetKind() != "CustomResourceDefinition" {
+				continue
+			}
+			if _, err := s.Client.Resource(crdGVR).Create(ctx, d.obj, createOptions(false)); err != nil {
+				return fmt.Errorf("installing CRD %s from %s: %w", d.obj.GetName(), f, err)
+			}
+			names = append(names, d.obj.GetName())
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, name := range names {
+		for {
+			crd, err := s.Client.Resource(crdGVR).Get(ctx, name, getOptions)
+			if err == nil && crdEstablished(crd) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("CRD %s not established after 60s (last error: %v)", name, err)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	s.mapper.Reset()
+	return nil
+}
+
+func crdEstablished(crd *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	ok := map[string]bool{}
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m != nil && m["status"] == "True" {
+			t, _ := m["type"].(string)
+			ok[t] = true
+		}
+	}
+	return ok["Established"] && ok["NamesAccepted"]
+}
+
+func etcdHealthy(ctx context.Context, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"health":"true"`)) {
+		return fmt.Errorf("etcd /health: %s %s", resp.Status, body)
+	}
+	return nil
+}
+
+// freePorts returns n distinct loopback TCP ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// process is a started binary in its own process group.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{} // closed once the process has exited and been reaped
+	err  error         // cmd.Wait's result, once done is closed
+}
+
+func startProcess(name, bin, logPath string, args ...string) (*process, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr()
+	// etcd reads its flags from ETCD_* variables too; keep the caller's out.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ETCD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// waitUntil polls check until it succeeds, the process exits, or timeout.
+func (p *process) waitUntil(ctx context.Context, timeout time.Duration, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		last = check(cctx)
+		ccancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited (%v); last check: %v", p.name, p.err, last)
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %v: %v", p.name, timeout, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// stop terminates the process group (SIGTERM, then SIGKILL after 10s) and
+// reaps the process.
+func (p *process) stop() {
+	pid := p.cmd.Process.Pid
+	select {
+	case <-p.done:
+	default:
+		_ = signalGroup(pid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	// Anything left in the group (the leader ignoring SIGTERM, or a child).
+	if err := signalGroup(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		_ = p.cmd.Process.Kill()
+	}
+	<-p.done
+}
+
+// tail returns up to the last n bytes of the process's log.
+func (p *process) tail(n int64) string {
+	f, err := os.Open(p.log)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		_, _ = f.Seek(st.Size()-n, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
+}

@@ -1,0 +1,30 @@
+// Package apitest runs a real kube-apiserver, backed by a real etcd, for
+// integration tests that need the Kubernetes API server's own validation:
+// OpenAPI schemas, strict field validation, CRD schemas and CEL rules,
+// admission, and every served version of resource.k8s.io.
+//
+// The binaries are not built by `go test`. scripts/controlplane.sh builds
+// etcd and kube-apiserver v1.36.3 from the Go module proxy (in the separate
+// tools module test/controlplane, so this module never depends on
+// k8s.io/kubernetes) and copies the Karpenter NodePool/NodeClaim CRDs next to
+// them, in ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/v1.36.3/. Set
+// GPUSLICE_K8S_BIN to use another directory holding the same files.
+//
+// When the binaries are missing, [Start] skips the test, so `go test ./...`
+// passes on a machine that never built them. With GPUSLICE_REQUIRE_APISERVER=1
+// (as in CI) it fails the test instead, so a broken build cannot pass
+// silently.
+//
+// Each [Start] launches its own etcd and kube-apiserver on free loopback
+// ports with state in the test's temporary directory, authenticates with a
+// generated client certificate in system:masters (authorization mode RBAC),
+// serves resource.k8s.io v1, v1beta1, v1beta2 and v1alpha3 with the DRA
+// feature gates on, installs the Karpenter CRDs, and stops both processes
+// (their whole process groups) when the test ends. Starting takes a few
+// seconds, so tests that can share one server should use subtests.
+//
+//	s := apitest.Start(t)
+//	for _, err := range s.DryRun(ctx, manifests) {
+//		t.Error(err)
+//	}
+package apitest

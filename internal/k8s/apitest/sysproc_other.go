@@ -1,0 +1,16 @@
+//go:build !linux
+
+package apitest
+
+import (
+	"errors"
+	"syscall"
+)
+
+// supported reports whether Start can run the control plane on this OS: the
+// cached binaries are Linux builds, so elsewhere Start skips.
+const supported = false
+
+func sysProcAttr() *syscall.SysProcAttr { return nil }
+
+func signalGroup(int, syscall.Signal) error { return errors.New("apitest: unsupported OS") }

@@ -1,0 +1,310 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/mig"
+	"github.com/gpuslice/gpuslice/internal/model"
+)
+
+// PoolLabel is the node label that names a node's pool; the planner pins
+// a workload to its pool with a selector on it, and render puts it on the
+// nodes (Karpenter NodePools) and in node selectors.
+const PoolLabel = "gpuslice.dev/pool"
+
+// DefaultMaxNodes bounds a pool sized "as needed" when it sets no maxNodes.
+const DefaultMaxNodes = 256
+
+// Options configure Make.
+type Options struct {
+	Catalog *catalog.Catalog
+}
+
+// pool is a spec pool resolved against the catalog.
+type pool struct {
+	spec  *model.Pool
+	gpu   *catalog.GPU
+	per   int
+	it    *catalog.InstanceType
+	nodes int
+	max   int
+	auto  bool
+	// layout is the fixed MIG layout (explicit starts) every GPU gets.
+	layout mig.Layout
+}
+
+// replica is one claim to place.
+type replica struct {
+	wl    *model.Workload
+	n     int
+	claim alloc.Claim
+}
+
+// Make plans a spec: it places every replica with the real allocator on a
+// simulated fleet and grows pools sized "as needed" one node at a time
+// until everything fits or a pool reaches its limit.
+func Make(s *model.Spec, opts Options) (*Plan, error) {
+	cat := opts.Catalog
+	if cat == nil {
+		cat = catalog.Default()
+	}
+	pools, err := resolvePools(cat, s)
+	if err != nil {
+		return nil, err
+	}
+	reps := replicas(s)
+	p := &Plan{}
+	var allocs []alloc.Allocation
+	state, err := build(s, pools, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range reps {
+		tried := map[*pool]bool{}
+		for {
+			a, err := state.Allocate(&r.claim)
+			if err == nil {
+				if err := state.Apply(a); err != nil {
+					return nil, fmt.Errorf("plan: %w", err)
+				}
+				allocs = append(allocs, *a)
+				p.Placements = append(p.Placements, Placement{Workload: r.wl.Name, Tenant: r.wl.Tenant, Replica: r.n,
+					Pool: poolOf(a, state), Devices: a.Devices, Why: a.Why})
+				break
+			}
+			if !alloc.IsNoFit(err) {
+				return nil, fmt.Errorf("workload %s: %w", r.wl.Name, err)
+			}
+			// Grow a pool by one node and try again. A fresh node is the
+			// best a pool can offer, so a pool whose new node does not help
+			// gives it back and is not tried again for this replica.
+			grow := pickGrowth(pools, r, tried)
+			if grow == nil {
+				p.Unplaced = append(p.Unplaced, Unplaced{Workload: r.wl.Name, Replica: r.n, Reason: err.Error()})
+				break
+			}
+			tried[grow] = true
+			grow.nodes++
+			grown, err := build(s, pools, state, allocs)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := grown.Allocate(&r.claim); err != nil {
+				grow.nodes--
+				continue
+			}
+			state = grown
+		}
+	}
+	p.fill(pools, state, cat)
+	p.warn(s, pools, state)
+	return p, nil
+}
+
+func resolvePools(cat *catalog.Catalog, s *model.Spec) ([]*pool, error) {
+	var out []*pool
+	var errs []error
+	for i := range s.Pools {
+		sp := &s.Pools[i]
+		p := &pool{spec: sp, per: sp.GPUsPerNode, nodes: sp.Nodes, max: sp.MaxNodes, auto: sp.Nodes == 0}
+		if sp.InstanceType != "" {
+			it, err := cat.InstanceType(sp.InstanceType)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("pool %s: %w", sp.Name, err))
+				continue
+			}
+			p.it = it
+			if p.per == 0 {
+				p.per = it.GPUCount
+			}
+		}
+		model := sp.GPU
+		if p.it != nil {
+			model = p.it.GPU
+		}
+		g, err := cat.GPU(model)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pool %s: %w", sp.Name, err))
+			continue
+		}
+		p.gpu = g
+		if p.per <= 0 {
+			p.per = 1
+		}
+		if p.max == 0 {
+			p.max = DefaultMaxNodes
+		}
+		if p.auto {
+			p.nodes = 0
+		}
+		if sp.MIG == "fixed" && g.MIG != nil {
+			geo, err := mig.New(g)
+			if err != nil {
+				return nil, err
+			}
+			var want []string
+			for prof, c := range sp.MIGLayout {
+				for range c {
+					want = append(want, prof)
+				}
+			}
+			sort.Strings(want)
+			fit, err := geo.Fit(want)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("pool %s: %w", sp.Name, err))
+				continue
+			}
+			p.layout = fit.Layout
+		}
+		out = append(out, p)
+	}
+	return out, errors.Join(errs...)
+}
+
+// replicas lists every replica's claim, highest priority first, pinned to
+// the workload's pool when it names one.
+func replicas(s *model.Spec) []replica {
+	var out []replica
+	for i := range s.Workloads {
+		wl := &s.Workloads[i]
+		for n := 0; n < wl.Replicas; n++ {
+			c := alloc.Claim{Name: wl.Name + "-" + strconv.Itoa(n), Tenant: wl.Tenant, Priority: wl.Priority,
+				Isolation: wl.Isolation, Constraints: wl.Constraints}
+			for _, r := range wl.Requests {
+				if wl.Pool != "" {
+					pin := "node.labels['" + PoolLabel + "'] == '" + wl.Pool + "'"
+					if r.Selector != "" {
+						r.Selector = "(" + r.Selector + ") && " + pin
+					} else {
+						r.Selector = pin
+					}
+				}
+				c.Requests = append(c.Requests, r)
+			}
+			out = append(out, replica{wl: wl, n: n, claim: c})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].wl.Priority > out[j].wl.Priority })
+	return out
+}
+
+// build makes the simulated fleet: the nodes of every pool, keeping the
+// layouts and allocations of a previous state.
+func build(s *model.Spec, pools []*pool, prev *alloc.State, allocs []alloc.Allocation) (*alloc.State, error) {
+	var f alloc.Fleet
+	f.Policy = s.Policy
+	have := map[string]alloc.Node{}
+	if prev != nil {
+		for _, n := range prev.Fleet().Nodes {
+			have[n.Name] = n
+		}
+	}
+	for _, p := range pools {
+		for i := 0; i < p.nodes; i++ {
+			name := fmt.Sprintf("%s-%d", p.spec.Name, i)
+			if n, ok := have[name]; ok {
+				f.Nodes = append(f.Nodes, n)
+				continue
+			}
+			f.Nodes = append(f.Nodes, newNode(p, name))
+		}
+	}
+	return alloc.NewState(f, allocs, alloc.Options{})
+}
+
+func newNode(p *pool, name string) alloc.Node {
+	n := alloc.Node{Name: name, Labels: map[string]string{PoolLabel: p.spec.Name}}
+	for k, v := range p.spec.Labels {
+		n.Labels[k] = v
+	}
+	if p.it != nil {
+		n.InstanceType = p.it.Name
+		n.Labels["node.kubernetes.io/instance-type"] = p.it.Name
+	}
+	for gi := 0; gi < p.per; gi++ {
+		g := alloc.GPU{UUID: fmt.Sprintf("GPU-%s-%d", name, gi), Index: gi, Model: p.gpu.ID, Healthy: true,
+			Sharing: p.spec.Sharing}
+		if g.Sharing.Mode == "" {
+			g.Sharing.Mode = alloc.Dynamic
+		}
+		switch {
+		case p.spec.MIG == "dynamic" && p.gpu.MIG != nil:
+			g.MIGEnabled, g.DynamicMIG = true, true
+		case len(p.layout) > 0:
+			g.MIGEnabled = true
+			sh := p.spec.MIGSharing
+			if sh.Mode == "" {
+				sh.Mode = alloc.Dynamic
+			}
+			for _, in := range p.layout {
+				g.Instances = append(g.Instances, alloc.MIGInstance{UUID: fmt.Sprintf("MIG-%s-%d-%s-%d", name, gi, in.Profile, in.Start),
+					Profile: in.Profile, Start: in.Start, Sharing: sh})
+			}
+		}
+		n.GPUs = append(n.GPUs, g)
+	}
+	return n
+}
+
+// pickGrowth chooses the pool to add a node to for a replica that does not
+// fit: its own pool, or the cheapest per GPU whose GPUs could hold it.
+func pickGrowth(pools []*pool, r replica, tried map[*pool]bool) *pool {
+	var best *pool
+	bestPrice := math.Inf(1)
+	for _, p := range pools {
+		if tried[p] || !p.auto || p.nodes >= p.max || (r.wl.Pool != "" && r.wl.Pool != p.spec.Name) || !couldHold(p, r) {
+			continue
+		}
+		price := math.Inf(1) - 1 // unknown prices lose to known ones
+		if p.it != nil && p.it.Price != nil {
+			price = p.it.Price.USDPerHour / float64(p.per)
+		}
+		if best == nil || price < bestPrice {
+			best, bestPrice = p, price
+		}
+	}
+	return best
+}
+
+// couldHold says whether an empty node of the pool could take the replica.
+func couldHold(p *pool, r replica) bool {
+	devices := 0
+	for _, req := range r.claim.Requests {
+		if req.MemoryMiB > p.gpu.MemoryMiB {
+			return false
+		}
+		if req.Profile != "" {
+			if _, err := p.gpu.Profile(req.Profile); err != nil {
+				return false
+			}
+		}
+		devices += max(req.Count, 1)
+	}
+	if len(r.claim.Constraints) > 0 && devices > p.per && p.gpu.MIG == nil {
+		return false
+	}
+	return true
+}
+
+// poolOf names the pool of an allocation's first device: nodes are named
+// "<pool>-<n>" by build.
+func poolOf(a *alloc.Allocation, _ *alloc.State) string {
+	if len(a.Devices) == 0 {
+		return ""
+	}
+	return poolOfNode(a.Devices[0].Node)
+}
+
+func poolOfNode(node string) string {
+	if i := strings.LastIndex(node, "-"); i > 0 {
+		return node[:i]
+	}
+	return node
+}

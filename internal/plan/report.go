@@ -1,0 +1,186 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/model"
+)
+
+// fill describes every pool's GPUs from the final state, and the cost.
+func (p *Plan) fill(pools []*pool, state *alloc.State, cat *catalog.Catalog) {
+	claimsOn := map[string][]string{} // device id -> claims
+	for _, a := range state.Allocations() {
+		for _, d := range a.Devices {
+			claimsOn[d.Device] = append(claimsOn[d.Device], a.Claim)
+		}
+	}
+	for _, cs := range claimsOn {
+		sort.Strings(cs)
+	}
+	fleet := state.Fleet()
+	byPool := map[string]*PoolPlan{}
+	for _, pl := range pools {
+		pp := PoolPlan{Name: pl.spec.Name, GPU: pl.gpu.ID, GPUsPerNode: pl.per, Nodes: pl.nodes, Labels: pl.spec.Labels}
+		if pl.it != nil {
+			pp.InstanceType = pl.it.Name
+			if pl.it.Price != nil {
+				v := pl.it.Price.USDPerHour
+				pp.PricePerNodeHour = &v
+			}
+		}
+		p.Pools = append(p.Pools, pp)
+	}
+	for i := range p.Pools {
+		byPool[p.Pools[i].Name] = &p.Pools[i]
+	}
+	for _, n := range fleet.Nodes {
+		pp := byPool[n.Labels[PoolLabel]]
+		if pp == nil {
+			continue
+		}
+		for _, g := range n.GPUs {
+			gp := GPUPlan{Node: n.Name, Index: g.Index, UUID: g.UUID, MIG: g.MIGEnabled}
+			used := false
+			if g.MIGEnabled {
+				for _, in := range g.Instances {
+					cs := claimsOn[in.UUID]
+					used = used || len(cs) > 0
+					gp.Instances = append(gp.Instances, InstancePlan{Profile: in.Profile, Start: in.Start, Sharing: in.Sharing, Claims: cs})
+				}
+			} else {
+				gp.Sharing, gp.Claims = g.Sharing, claimsOn[g.UUID]
+				used = len(gp.Claims) > 0
+			}
+			if used {
+				pp.GPUsUsed++
+			}
+			pp.GPUs = append(pp.GPUs, gp)
+		}
+	}
+	p.cost(pools)
+}
+
+// cost compares the plan with dedicated whole GPUs: every placed device of
+// every replica gets a GPU of its pool to itself.
+func (p *Plan) cost(pools []*pool) {
+	dedicated := map[string]int{}
+	for _, pl := range p.Placements {
+		dedicated[pl.Pool] += len(pl.Devices)
+	}
+	p.Cost.Known = true
+	var notes []string
+	for i, pp := range p.Pools {
+		pl := pools[i]
+		p.Cost.GPUs += pp.Nodes * pp.GPUsPerNode
+		p.Cost.DedicatedGPUs += dedicated[pp.Name]
+		if pp.PricePerNodeHour == nil {
+			if pp.Nodes > 0 {
+				p.Cost.Known = false
+				notes = append(notes, fmt.Sprintf("%s: no known price for %s", pp.Name, orModel(pp)))
+			}
+			continue
+		}
+		p.Cost.PerHour += float64(pp.Nodes) * *pp.PricePerNodeHour
+		nodes := int(math.Ceil(float64(dedicated[pp.Name]) / float64(pp.GPUsPerNode)))
+		p.Cost.DedicatedPerHour += float64(nodes) * *pp.PricePerNodeHour
+		pr := pl.it.Price
+		notes = append(notes, fmt.Sprintf("%s: %s $%.4f/h (%s, %s, %s)", pp.Name, pl.it.Name, pr.USDPerHour, orNA(pr.Region), orNA(pr.Date), pr.Source))
+	}
+	p.Cost.PriceNote = strings.Join(notes, "; ")
+}
+
+func orModel(pp PoolPlan) string {
+	if pp.InstanceType != "" {
+		return pp.InstanceType
+	}
+	return pp.GPU + " nodes"
+}
+
+func orNA(s string) string {
+	if s == "" {
+		return "n/a"
+	}
+	return s
+}
+
+// warn adds what a user should know before running the plan.
+func (p *Plan) warn(s *model.Spec, pools []*pool, state *alloc.State) {
+	tsClaims := map[string]bool{}
+	for _, pl := range p.Placements {
+		for _, d := range pl.Devices {
+			if d.Mode == alloc.TimeSlice {
+				tsClaims[pl.Workload] = true
+			}
+		}
+	}
+	if len(tsClaims) > 0 {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("time-slicing has no memory isolation: NVIDIA does not enforce the memory of %s; gpuslice accounts it and its agent's watchdog enforces it (warn or kill)", list(tsClaims)))
+	}
+	for _, pp := range p.Pools {
+		for _, g := range pp.GPUs {
+			for _, in := range append([]InstancePlan{{Claims: g.Claims}}, g.Instances...) {
+				if tenants := tenantsOf(in.Claims, p); len(tenants) > 1 {
+					p.Warnings = append(p.Warnings, fmt.Sprintf("tenants %s share a device on %s GPU %d (they chose isolation none)", strings.Join(tenants, ", "), g.Node, g.Index))
+				}
+			}
+		}
+		if pp.Nodes > 0 && pp.GPUsUsed == pp.Nodes*pp.GPUsPerNode {
+			p.Warnings = append(p.Warnings, fmt.Sprintf("pool %s has no headroom: all %d GPUs hold work; one more replica needs another node", pp.Name, pp.GPUsUsed))
+		}
+		if idle := pp.Nodes*pp.GPUsPerNode - pp.GPUsUsed; pp.Nodes > 0 && idle >= pp.GPUsPerNode {
+			p.Warnings = append(p.Warnings, fmt.Sprintf("pool %s: %d GPUs stay idle (whole nodes come with %d GPUs)", pp.Name, idle, pp.GPUsPerNode))
+		}
+	}
+	for _, t := range s.Tenants {
+		var mem int64
+		var comp int
+		for _, pl := range p.Placements {
+			if pl.Tenant == t.Name {
+				for _, d := range pl.Devices {
+					mem += d.MemoryMiB
+					comp += d.ComputePercent
+				}
+			}
+		}
+		if t.MemoryMiB > 0 && mem > t.MemoryMiB {
+			p.Warnings = append(p.Warnings, fmt.Sprintf("tenant %s needs %d MiB of GPU memory, over its quota of %d MiB", t.Name, mem, t.MemoryMiB))
+		}
+		if t.ComputePercent > 0 && comp > t.ComputePercent {
+			p.Warnings = append(p.Warnings, fmt.Sprintf("tenant %s needs %d%% compute, over its quota of %d%%", t.Name, comp, t.ComputePercent))
+		}
+	}
+	if len(p.Unplaced) > 0 {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%d replica(s) fit nowhere (see unplaced)", len(p.Unplaced)))
+	}
+}
+
+func tenantsOf(claims []string, p *Plan) []string {
+	set := map[string]bool{}
+	for _, c := range claims {
+		for _, pl := range p.Placements {
+			if pl.Workload+"-"+fmt.Sprint(pl.Replica) == c {
+				set[pl.Tenant] = true
+			}
+		}
+	}
+	var out []string
+	for t := range set {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func list(m map[string]bool) string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}

@@ -1,0 +1,112 @@
+package render
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/model"
+	"github.com/gpuslice/gpuslice/internal/plan"
+)
+
+func init() { register("karpenter", renderKarpenter) }
+
+// nodeClasses maps a cloud to the Karpenter provider's node class.
+var nodeClasses = map[string]obj{
+	"aws":   {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+	"azure": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "default"},
+}
+
+// renderKarpenter writes a karpenter.sh/v1 NodePool per pool with an
+// instance type: the instance type requirement, the pool and NVIDIA config
+// labels (so the device plugin and MIG manager pick the rendered configs),
+// the GPU taint, a GPU limit from the plan (or maxNodes), and consolidation
+// of empty nodes.
+func renderKarpenter(s *model.Spec, p *plan.Plan) ([]byte, error) {
+	var objs []obj
+	var comments [][]string
+	cat := catalog.Default()
+	for i := range p.Pools {
+		pp := &p.Pools[i]
+		if pp.InstanceType == "" {
+			objs, comments = append(objs, nil), append(comments, nil)
+			continue
+		}
+		it, err := cat.InstanceType(pp.InstanceType)
+		if err != nil {
+			return nil, err
+		}
+		class, ok := nodeClasses[it.Provider]
+		if !ok {
+			comments = append(comments, []string{fmt.Sprintf("pool %s: Karpenter has no %s provider; skipped", pp.Name, it.Provider)})
+			objs = append(objs, nil)
+			continue
+		}
+		sp := specPool(s, pp.Name)
+		labels := obj{plan.PoolLabel: pp.Name, devicePluginLabel: pp.Name}
+		if usesMIG(pp) {
+			labels[migConfigLabel] = "gpuslice-" + pp.Name
+		}
+		taints := []obj{{"key": gpuTaint, "value": "true", "effect": "NoSchedule"}}
+		maxNodes := pp.Nodes
+		if sp != nil {
+			for k, v := range sp.Labels {
+				labels[k] = v
+			}
+			for _, t := range sp.Taints {
+				taints = append(taints, obj{"key": t.Key, "value": t.Value, "effect": t.Effect})
+			}
+			if sp.MaxNodes > maxNodes {
+				maxNodes = sp.MaxNodes
+			}
+		}
+		objs = append(objs, obj{"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+			"metadata": obj{"name": dnsName("gpuslice-" + pp.Name)},
+			"spec": obj{
+				"template": obj{
+					"metadata": obj{"labels": labels},
+					"spec": obj{
+						"nodeClassRef": class,
+						"requirements": []obj{
+							{"key": instanceTypeLabel, "operator": "In", "values": []string{pp.InstanceType}},
+							{"key": "karpenter.sh/capacity-type", "operator": "In", "values": []string{"on-demand"}},
+						},
+						"taints":      taints,
+						"expireAfter": "720h",
+					},
+				},
+				"limits":     obj{"nvidia.com/gpu": fmt.Sprint(maxNodes * pp.GPUsPerNode)},
+				"disruption": obj{"consolidationPolicy": "WhenEmpty", "consolidateAfter": "5m"},
+			}})
+		comments = append(comments, []string{fmt.Sprintf("pool %s: the plan needs %d × %s (%d GPUs, %d in use)",
+			pp.Name, pp.Nodes, pp.InstanceType, pp.Nodes*pp.GPUsPerNode, pp.GPUsUsed)})
+	}
+	var keep []obj
+	var keepC [][]string
+	for i, o := range objs {
+		if o != nil {
+			keep = append(keep, o)
+			keepC = append(keepC, comments[i])
+		}
+	}
+	return documents([]string{"Karpenter NodePools rendered by gpuslice from " + strings.Join(s.Sources, ", "),
+		"nodeClassRef names a node class called default: create it for your account"}, keep, keepC)
+}
+
+func specPool(s *model.Spec, name string) *model.Pool {
+	for i := range s.Pools {
+		if s.Pools[i].Name == name {
+			return &s.Pools[i]
+		}
+	}
+	return nil
+}
+
+func usesMIG(pp *plan.PoolPlan) bool {
+	for _, g := range pp.GPUs {
+		if g.MIG {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,114 @@
+package render
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/plan"
+	"github.com/gpuslice/gpuslice/internal/spec"
+)
+
+// planFor reads a spec file and plans it.
+func planFor(t *testing.T, path string) (*spec.Spec, *plan.Plan) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, diags := spec.Read(filepath.Base(path), data, "")
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.Make(s, plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, p
+}
+
+var goldenInputs = map[string]string{
+	"example":          "../../examples/gpuslice.yaml",
+	"seed-timeslicing": "../spec/testdata/compose/seed-timeslicing.yaml",
+	"seed-mig":         "../spec/testdata/compose/seed-mig.yaml",
+}
+
+// Every target has a golden file per input; -update rewrites them.
+func TestGoldenTargets(t *testing.T) {
+	for name, in := range goldenInputs {
+		s, p := planFor(t, in)
+		for _, target := range Targets() {
+			t.Run(name+"/"+target, func(t *testing.T) {
+				out, err := Render(target, s, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				golden(t, filepath.Join("testdata", "golden", name+"."+target+".yaml"), out)
+			})
+		}
+	}
+}
+
+func golden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./internal/render -update creates it)", err)
+	}
+	if string(want) != string(got) {
+		t.Errorf("%s changed (-update rewrites):\n%s", path, got)
+	}
+}
+
+// Rendered DRA objects read back into the same requests (round trip).
+func TestDRARoundTrip(t *testing.T) {
+	s, p := planFor(t, "../../examples/gpuslice.yaml")
+	out, err := Render("dra", s, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, diags := spec.ReadDRA("dra.yaml", out)
+	if err := diags.Err(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, wl := range s.Workloads {
+		var got *spec.Workload
+		for i := range back.Workloads {
+			if strings.HasPrefix(back.Workloads[i].Name, dnsName(wl.Name)) {
+				got = &back.Workloads[i]
+				break
+			}
+		}
+		if got == nil {
+			t.Fatalf("workload %s missing after the round trip", wl.Name)
+		}
+		if len(got.Requests) != len(wl.Requests) || len(got.Constraints) != len(wl.Constraints) {
+			t.Fatalf("%s: %d requests %d constraints back, want %d and %d", wl.Name, len(got.Requests), len(got.Constraints), len(wl.Requests), len(wl.Constraints))
+		}
+		modes, _ := workloadModes(p, &wl)
+		for i, r := range got.Requests {
+			want := modes[wl.Requests[i].Name]
+			if r.Name != wl.Requests[i].Name || (want.Profile != "" && r.Profile != want.Profile) {
+				t.Errorf("%s request %d: got %+v, planned %+v", wl.Name, i, r, want)
+			}
+		}
+	}
+	// And again: rendering what was read back is stable.
+	p2, err := plan.Make(back, plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p2.Unplaced) != 0 && len(back.Pools) > 0 {
+		t.Fatalf("round-tripped spec does not place: %+v", p2.Unplaced)
+	}
+}
