@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 
@@ -81,7 +82,7 @@ func readMIGParted(file string, data []byte, hint *catalog.GPU) (*Spec, Diagnost
 	if len(docs) == 0 && len(w.diags) == 0 {
 		w.errorf(nil, "", "start with version: v1 and mig-configs:", "the file is empty")
 	}
-	mc := &mpChecker{hint: hint, geo: map[string]*mig.Geometry{}}
+	mc := &mpChecker{hint: hint}
 	lines := nvLines(data)
 	w.nvBlockHint(lines)
 	for i, doc := range docs {
@@ -154,18 +155,21 @@ type mpImported struct {
 // mpChecker checks counts against GPU models.
 type mpChecker struct {
 	hint *catalog.GPU
-	geo  map[string]*mig.Geometry
 }
 
+// mpGeometries caches the MIG geometry of each catalog model (the default
+// catalog is immutable); nil marks a model without MIG.
+var mpGeometries sync.Map
+
 func (mc *mpChecker) geometry(g *catalog.GPU) *mig.Geometry {
-	if geo, ok := mc.geo[g.ID]; ok {
-		return geo
+	if geo, ok := mpGeometries.Load(g.ID); ok {
+		return geo.(*mig.Geometry)
 	}
 	geo, err := mig.New(g)
 	if err != nil {
 		geo = nil
 	}
-	mc.geo[g.ID] = geo
+	mpGeometries.Store(g.ID, geo)
 	return geo
 }
 
@@ -501,18 +505,16 @@ func mpDeviceID(s string) (string, bool) {
 	return "0x" + hex[:4], true
 }
 
-// gpuByPCI finds the catalog GPU with a PCI device id ("0x20B0").
-func gpuByPCI(id string) *catalog.GPU {
-	cat := catalog.Default()
-	for _, g := range cat.GPUs() {
+// mpByPCI maps PCI device ids ("0X20B0") to default-catalog GPUs.
+var mpByPCI = sync.OnceValue(func() map[string]*catalog.GPU {
+	out := map[string]*catalog.GPU{}
+	for _, g := range catalog.Default().GPUs() {
 		for _, p := range g.PCIDeviceIDs {
-			if strings.EqualFold(p, id) {
-				gg, err := cat.GPU(g.ID)
-				if err == nil {
-					return gg
-				}
-			}
+			out[strings.ToUpper(p)] = &g
 		}
 	}
-	return nil
-}
+	return out
+})
+
+// gpuByPCI finds the catalog GPU with a PCI device id ("0x20B0").
+func gpuByPCI(id string) *catalog.GPU { return mpByPCI()[strings.ToUpper(id)] }

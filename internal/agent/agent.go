@@ -1,0 +1,159 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/server"
+)
+
+// Config configures an Agent.
+type Config struct {
+	Name     string
+	Client   *client.Client
+	Device   gpu.Device
+	Log      *slog.Logger
+	Clock    func() time.Time
+	Interval time.Duration // heartbeat interval (default 5s)
+}
+
+// Agent keeps one node's GPUs in line with the server's allocations.
+type Agent struct {
+	cfg  Config
+	last alloc.Node // inventory last reported
+}
+
+// New checks the config.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Name == "" || cfg.Client == nil || cfg.Device == nil {
+		return nil, errors.New("agent: name, client and device are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	return &Agent{cfg: cfg}, nil
+}
+
+// Inventory turns what the device layer sees into the allocator's node.
+// Every GPU allows dynamic MIG; sharing is left to the server (dynamic).
+func Inventory(name string, gpus []gpu.GPU) (alloc.Node, error) {
+	n := alloc.Node{Name: name}
+	for _, g := range gpus {
+		model := g.Model
+		if model == "" {
+			m, err := catalog.Default().GPU(g.Name)
+			if err != nil {
+				return n, fmt.Errorf("GPU %d (%s): %w", g.Index, g.Name, err)
+			}
+			model = m.ID
+		}
+		ag := alloc.GPU{UUID: g.UUID, Index: g.Index, Model: model, Healthy: g.Healthy,
+			MIGEnabled: g.MIGEnabled, DynamicMIG: g.MIGCapable, Sharing: alloc.Sharing{Mode: alloc.Dynamic}}
+		for _, in := range g.Instances {
+			ag.Instances = append(ag.Instances, alloc.MIGInstance{UUID: in.UUID, Profile: in.Profile, Start: in.Start,
+				Sharing: alloc.Sharing{Mode: alloc.Dynamic}})
+		}
+		n.GPUs = append(n.GPUs, ag)
+	}
+	return n, nil
+}
+
+// Register reports the node to the server.
+func (a *Agent) Register(ctx context.Context) error {
+	gpus, err := a.cfg.Device.GPUs(ctx)
+	if err != nil {
+		return fmt.Errorf("reading GPUs: %w", err)
+	}
+	inv, err := Inventory(a.cfg.Name, gpus)
+	if err != nil {
+		return err
+	}
+	info := a.cfg.Device.Info()
+	req := server.RegisterRequest{Inventory: inv, Simulated: info.Simulated, Driver: info.DriverVersion}
+	if err := a.cfg.Client.Do(ctx, http.MethodPut, "/v1/nodes/"+a.cfg.Name, req, nil); err != nil {
+		return fmt.Errorf("registering node %s: %w", a.cfg.Name, err)
+	}
+	a.last = inv
+	return nil
+}
+
+// Run registers, then reconciles and heartbeats until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	for {
+		if err := a.Register(ctx); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			return ctx.Err()
+		} else {
+			a.cfg.Log.Warn("registration failed; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(a.cfg.Interval):
+		}
+	}
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	for {
+		if err := a.Step(ctx); err != nil && ctx.Err() == nil {
+			a.cfg.Log.Warn("agent step failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// Step reconciles once and heartbeats (with the inventory when it changed).
+func (a *Agent) Step(ctx context.Context) error {
+	var claims []api.Claim
+	if err := a.cfg.Client.Do(ctx, http.MethodGet, "/v1/nodes/"+a.cfg.Name+"/claims", nil, &claims); err != nil {
+		return err
+	}
+	var errs []error
+	for _, act := range Plan(claims, a.cfg.Name) {
+		if err := a.apply(ctx, act); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	gpus, err := a.cfg.Device.GPUs(ctx)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	inv, err := Inventory(a.cfg.Name, gpus)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	var hb server.HeartbeatRequest
+	if !reflect.DeepEqual(inv, a.last) {
+		hb.Inventory = &inv
+	}
+	if err := a.cfg.Client.Do(ctx, http.MethodPost, "/v1/nodes/"+a.cfg.Name+"/heartbeat", hb, nil); err != nil {
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.Status == http.StatusNotFound {
+			return a.Register(ctx) // the server forgot us: register again
+		}
+		return errors.Join(append(errs, err)...)
+	}
+	a.last = inv
+	return errors.Join(errs...)
+}

@@ -1,0 +1,136 @@
+package api
+
+import (
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+)
+
+// ClaimState is where a claim is in its life.
+type ClaimState string
+
+// Claim lifecycle: pending → allocated → running → released | failed.
+// A pending claim waits for capacity; allocated means devices are
+// reserved; running means a process uses them; released and failed are
+// final.
+const (
+	Pending   ClaimState = "pending"
+	Allocated ClaimState = "allocated"
+	Running   ClaimState = "running"
+	Released  ClaimState = "released"
+	Failed    ClaimState = "failed"
+)
+
+// Final reports whether a state is terminal.
+func (s ClaimState) Final() bool { return s == Released || s == Failed }
+
+// Tenant is a team with optional quotas on what its live claims hold.
+type Tenant struct {
+	Name string `json:"name"`
+	// MemoryMiB and ComputePercent are quotas (0 = unlimited).
+	MemoryMiB      int64     `json:"memoryMiB,omitempty"`
+	ComputePercent int       `json:"computePercent,omitempty"`
+	Created        time.Time `json:"created"`
+}
+
+// Token is an API credential. The secret is shown once at creation and
+// stored only as a hash.
+type Token struct {
+	ID     string `json:"id"`
+	Tenant string `json:"tenant,omitempty"` // empty for admin and agent tokens
+	Role   Role   `json:"role"`
+	// Secret is set only in the answer that creates the token.
+	Secret  string    `json:"secret,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// Role of a token.
+type Role string
+
+// Roles: admin manages everything; tenant sees and changes its own claims;
+// agent registers a node and reports on it.
+const (
+	RoleAdmin  Role = "admin"
+	RoleTenant Role = "tenant"
+	RoleAgent  Role = "agent"
+)
+
+// ClaimSpec is what a user asks for: the allocator's claim without the
+// name and tenant, which the server sets.
+type ClaimSpec struct {
+	Priority    int                `json:"priority,omitempty"`
+	Isolation   alloc.Isolation    `json:"isolation,omitempty"`
+	Requests    []alloc.Request    `json:"requests"`
+	Constraints []alloc.Constraint `json:"constraints,omitempty"`
+	// Node pins the claim to one node (gpuslice run on that host).
+	Node string `json:"node,omitempty"`
+	// MemoryPolicy is what the agent does when a process uses more GPU
+	// memory than its claim promised: warn (default) or kill.
+	MemoryPolicy string `json:"memoryPolicy,omitempty"`
+}
+
+// Claim is a request and its state.
+type Claim struct {
+	ID      string     `json:"id"`
+	Tenant  string     `json:"tenant"`
+	Spec    ClaimSpec  `json:"spec"`
+	State   ClaimState `json:"state"`
+	Reason  string     `json:"reason,omitempty"`
+	Created time.Time  `json:"created"`
+	Updated time.Time  `json:"updated"`
+	// Seq orders claims FIFO within a priority (assigned by the store).
+	Seq int64 `json:"seq"`
+	// Allocation is set once allocated.
+	Allocation *alloc.Allocation `json:"allocation,omitempty"`
+	// QueuePosition is set on pending claims in answers (1 = next).
+	QueuePosition int `json:"queuePosition,omitempty"`
+}
+
+// NodeState is a node's health as the server sees it.
+type NodeState string
+
+// Node states.
+const (
+	NodeReady NodeState = "ready"
+	NodeLost  NodeState = "lost"
+)
+
+// Node is a host with GPUs, as its agent reports it.
+type Node struct {
+	Name          string     `json:"name"`
+	State         NodeState  `json:"state"`
+	LastHeartbeat time.Time  `json:"lastHeartbeat"`
+	Simulated     bool       `json:"simulated"`
+	Inventory     alloc.Node `json:"inventory"`
+	// Driver is the NVIDIA driver version, or "simulated".
+	Driver  string    `json:"driver,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// Usage is what a tenant holds and has used.
+type Usage struct {
+	Tenant         string  `json:"tenant"`
+	Claims         int     `json:"claims"`
+	MemoryMiB      int64   `json:"memoryMiB"`
+	ComputePercent int     `json:"computePercent"`
+	GPUSeconds     float64 `json:"gpuSeconds"`
+	MemoryMiBSec   float64 `json:"memoryMiBSeconds"`
+}
+
+// Event is something that happened, for audit and watchers.
+type Event struct {
+	Seq     int64     `json:"seq"`
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"`
+	Claim   string    `json:"claim,omitempty"`
+	Tenant  string    `json:"tenant,omitempty"`
+	Node    string    `json:"node,omitempty"`
+	Message string    `json:"message"`
+}
+
+// Error is the body of every 4xx/5xx answer.
+type Error struct {
+	Error string `json:"error"`
+	// Field names the offending field when the request was invalid.
+	Field string `json:"field,omitempty"`
+}

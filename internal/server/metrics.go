@@ -1,0 +1,173 @@
+package server
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/state"
+)
+
+// metrics are the server's Prometheus metrics, in a registry of its own
+// (no global state). Gauges are computed from the store at scrape time.
+type metrics struct {
+	srv     *Server
+	reg     *prometheus.Registry
+	latency prometheus.Histogram
+	mu      sync.Mutex
+	usedMiB map[[3]string]int64 // node, device, tenant -> MiB in use (agent reports)
+	handler http.Handler
+}
+
+var (
+	descClaims   = prometheus.NewDesc("gpuslice_claims", "Claims by state and tenant.", []string{"state", "tenant"}, nil)
+	descPromised = prometheus.NewDesc("gpuslice_device_memory_promised_mib", "GPU memory promised to claims, per device.", []string{"node", "device", "mode"}, nil)
+	descCompute  = prometheus.NewDesc("gpuslice_device_compute_promised_percent", "Compute promised to claims, per device (percent of a whole GPU).", []string{"node", "device", "mode"}, nil)
+	descUsed     = prometheus.NewDesc("gpuslice_device_memory_used_mib", "GPU memory the claims' processes use, as agents report it.", []string{"node", "device", "tenant"}, nil)
+	descTenant   = prometheus.NewDesc("gpuslice_tenant_memory_mib", "GPU memory held by a tenant's live claims.", []string{"tenant"}, nil)
+	descTenantC  = prometheus.NewDesc("gpuslice_tenant_compute_percent", "Compute held by a tenant's live claims.", []string{"tenant"}, nil)
+	descGPUSec   = prometheus.NewDesc("gpuslice_tenant_gpu_seconds_total", "GPU-seconds used by a tenant (agent samples).", []string{"tenant"}, nil)
+	descPending  = prometheus.NewDesc("gpuslice_pending_claims", "Pending claims by the first reason the allocator gave.", []string{"reason"}, nil)
+	descNodes    = prometheus.NewDesc("gpuslice_nodes", "Nodes by state.", []string{"state"}, nil)
+)
+
+func newMetrics(srv *Server) *metrics {
+	m := &metrics{srv: srv, reg: prometheus.NewRegistry(), usedMiB: map[[3]string]int64{}}
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuslice_allocation_latency_seconds",
+		Help: "Time to decide and reserve an allocation.", Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10)})
+	m.reg.MustRegister(m.latency, m, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return m
+}
+
+func (m *metrics) observeAllocation(d time.Duration) { m.latency.Observe(d.Seconds()) }
+
+func (m *metrics) observeUsed(node string, c api.Claim, mib int64) {
+	if c.Allocation == nil || len(c.Allocation.Devices) == 0 {
+		return
+	}
+	m.mu.Lock()
+	m.usedMiB[[3]string{node, c.Allocation.Devices[0].Device, c.Tenant}] = mib
+	m.mu.Unlock()
+}
+
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descClaims, descPromised, descCompute, descUsed, descTenant, descTenantC, descGPUSec, descPending, descNodes} {
+		ch <- d
+	}
+}
+
+// Collect reads the store once per scrape.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	var claims []api.Claim
+	var nodes []api.Node
+	var tenants []api.Tenant
+	usage := map[string]api.Usage{}
+	err := m.srv.store.View(m.srv.ctxForScrape(), func(tx state.Tx) error {
+		var err error
+		if claims, err = tx.ListClaims(state.ClaimFilter{States: []api.ClaimState{api.Pending, api.Allocated, api.Running}}); err != nil {
+			return err
+		}
+		if nodes, err = tx.ListNodes(); err != nil {
+			return err
+		}
+		if tenants, err = tx.ListTenants(); err != nil {
+			return err
+		}
+		for _, t := range tenants {
+			if usage[t.Name], err = tx.Usage(t.Name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	byState := map[[2]string]int{}
+	type dev struct{ node, device, mode string }
+	mem, comp := map[dev]float64{}, map[dev]float64{}
+	tmem, tcomp := map[string]float64{}, map[string]float64{}
+	for _, c := range claims {
+		byState[[2]string{string(c.State), c.Tenant}]++
+		if c.Allocation == nil {
+			continue
+		}
+		for _, d := range c.Allocation.Devices {
+			k := dev{d.Node, d.Device, string(d.Mode)}
+			mem[k] += float64(d.MemoryMiB)
+			comp[k] += float64(d.ComputePercent)
+			tmem[c.Tenant] += float64(d.MemoryMiB)
+			tcomp[c.Tenant] += float64(d.ComputePercent)
+		}
+	}
+	for k, n := range byState {
+		ch <- prometheus.MustNewConstMetric(descClaims, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+	for k, v := range mem {
+		ch <- prometheus.MustNewConstMetric(descPromised, prometheus.GaugeValue, v, k.node, k.device, k.mode)
+		ch <- prometheus.MustNewConstMetric(descCompute, prometheus.GaugeValue, comp[k], k.node, k.device, k.mode)
+	}
+	for _, t := range tenants {
+		ch <- prometheus.MustNewConstMetric(descTenant, prometheus.GaugeValue, tmem[t.Name], t.Name)
+		ch <- prometheus.MustNewConstMetric(descTenantC, prometheus.GaugeValue, tcomp[t.Name], t.Name)
+		ch <- prometheus.MustNewConstMetric(descGPUSec, prometheus.CounterValue, usage[t.Name].GPUSeconds, t.Name)
+	}
+	m.mu.Lock()
+	for k, v := range m.usedMiB {
+		ch <- prometheus.MustNewConstMetric(descUsed, prometheus.GaugeValue, float64(v), k[0], k[1], k[2])
+	}
+	m.mu.Unlock()
+	reasons := map[string]int{}
+	m.srv.sched.mu.Lock()
+	for _, c := range m.srv.sched.pending {
+		reasons[firstReason(m.srv.sched.reasons[c.ID])]++
+	}
+	m.srv.sched.mu.Unlock()
+	for r, n := range reasons {
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(n), r)
+	}
+	ns := map[api.NodeState]int{}
+	for _, n := range nodes {
+		ns[n.State]++
+	}
+	for s, n := range ns {
+		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(n), string(s))
+	}
+}
+
+// firstReason keeps the most frequent reason of a no-fit message
+// ("0/3 nodes are available: 2 insufficient GPU memory, 1 ...").
+func firstReason(msg string) string {
+	const marker = "nodes are available: "
+	for i := 0; i+len(marker) <= len(msg); i++ {
+		if msg[i:i+len(marker)] == marker {
+			rest := msg[i+len(marker):]
+			for j := 0; j < len(rest); j++ {
+				if rest[j] == ',' {
+					rest = rest[:j]
+					break
+				}
+			}
+			// drop the leading count
+			for j := 0; j < len(rest); j++ {
+				if rest[j] == ' ' {
+					return rest[j+1:]
+				}
+			}
+			return rest
+		}
+	}
+	if msg == "" {
+		return "not tried yet"
+	}
+	return "other"
+}
+
+func (srv *Server) serveMetrics(w http.ResponseWriter, r *http.Request, p principal) {
+	srv.metrics.handler.ServeHTTP(w, r)
+}

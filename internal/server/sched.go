@@ -1,0 +1,367 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/state"
+)
+
+// scheduler keeps the allocator's State in memory as the authority on what
+// is reserved, and the pending queue (priority, then FIFO). A decision is
+// reserved in memory under the lock, then made durable in the store outside
+// it (so concurrent claims share a group commit); a failed commit gives the
+// reservation back. The State is rebuilt from the store whenever nodes
+// change.
+type scheduler struct {
+	mu      sync.Mutex
+	st      *alloc.State
+	pending []*api.Claim // ordered: priority desc, seq asc
+	reasons map[string]string
+	kick    chan struct{}
+	// notify is closed (and replaced) whenever a claim changes, waking
+	// long polls and event streams.
+	notify chan struct{}
+	// use is what each tenant's live claims ask for, for quotas.
+	use map[string]tenantUse
+}
+
+type tenantUse struct {
+	mem  int64
+	comp int
+}
+
+func newScheduler() *scheduler {
+	return &scheduler{reasons: map[string]string{}, kick: make(chan struct{}, 1), notify: make(chan struct{}),
+		use: map[string]tenantUse{}}
+}
+
+// waitChan returns a channel closed at the next change.
+func (s *scheduler) waitChan() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.notify
+}
+
+// poke asks the retry loop to run.
+func (s *scheduler) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// changed wakes long-pollers; the caller holds mu.
+func (s *scheduler) changed() {
+	close(s.notify)
+	s.notify = make(chan struct{})
+}
+
+// asks is what a claim asks for, for quotas.
+func asks(spec *api.ClaimSpec) tenantUse {
+	var u tenantUse
+	for _, r := range spec.Requests {
+		n := max(r.Count, 1)
+		u.mem += r.MemoryMiB * int64(n)
+		u.comp += r.ComputePercent * n
+	}
+	return u
+}
+
+func (s *scheduler) addUse(tenant string, u tenantUse, sign int) {
+	cur := s.use[tenant]
+	cur.mem += int64(sign) * u.mem
+	cur.comp += sign * u.comp
+	s.use[tenant] = cur
+}
+
+// allocClaim is the allocator's view of an API claim.
+func allocClaim(c *api.Claim) *alloc.Claim {
+	ac := &alloc.Claim{Name: c.ID, Tenant: c.Tenant, Priority: c.Spec.Priority, Isolation: c.Spec.Isolation,
+		Requests: append([]alloc.Request(nil), c.Spec.Requests...), Constraints: c.Spec.Constraints}
+	if c.Spec.Node != "" {
+		pin := "node.name == '" + strings.ReplaceAll(c.Spec.Node, "'", "") + "'"
+		for i := range ac.Requests {
+			if ac.Requests[i].Selector != "" {
+				ac.Requests[i].Selector = "(" + ac.Requests[i].Selector + ") && " + pin
+			} else {
+				ac.Requests[i].Selector = pin
+			}
+		}
+	}
+	return ac
+}
+
+// rebuild makes a fresh State from the store: ready nodes as reported by
+// their agents, plus every live allocation with the layout changes the
+// agents have not made yet. Allocations that no longer fit (their node is
+// gone or lost) are returned for re-queueing.
+func (srv *Server) rebuild(ctx context.Context) error {
+	var nodes []api.Node
+	var live, pend []api.Claim
+	err := srv.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		if nodes, err = tx.ListNodes(); err != nil {
+			return err
+		}
+		if live, err = tx.ListClaims(state.ClaimFilter{States: []api.ClaimState{api.Allocated, api.Running}}); err != nil {
+			return err
+		}
+		pend, err = tx.ListClaims(state.ClaimFilter{States: []api.ClaimState{api.Pending}})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	var f alloc.Fleet
+	f.Policy = srv.cfg.Policy
+	ready := map[string]bool{}
+	for _, n := range nodes {
+		if n.State != api.NodeReady {
+			continue
+		}
+		inv := n.Inventory
+		inv.Name = n.Name
+		f.Nodes = append(f.Nodes, inv)
+		ready[n.Name] = true
+	}
+	st, err := alloc.NewState(f, nil, alloc.Options{})
+	if err != nil {
+		return fmt.Errorf("building the fleet from agent inventories: %w", err)
+	}
+	var requeue []api.Claim
+	for _, c := range live {
+		a := c.Allocation
+		if a == nil || !onReadyNodes(a, ready) {
+			requeue = append(requeue, c)
+			continue
+		}
+		rest := *a
+		rest.Changes = remainingChanges(a, f)
+		if err := st.Apply(&rest); err != nil {
+			srv.log.Warn("allocation no longer fits the reported fleet; re-queueing", "claim", c.ID, "err", err)
+			requeue = append(requeue, c)
+		}
+	}
+	srv.sched.mu.Lock()
+	srv.sched.st = st
+	srv.sched.pending = nil
+	srv.sched.use = map[string]tenantUse{}
+	for i := range pend {
+		c := pend[i]
+		srv.sched.pending = append(srv.sched.pending, &c)
+		srv.sched.addUse(c.Tenant, asks(&c.Spec), 1)
+	}
+	for i := range live {
+		srv.sched.addUse(live[i].Tenant, asks(&live[i].Spec), 1)
+	}
+	srv.sched.mu.Unlock()
+	for _, c := range requeue {
+		c.State, c.Allocation, c.Reason = api.Pending, nil, "re-queued: its node was lost or changed"
+		if err := srv.commitClaims(ctx, []api.Claim{c}, "requeued"); err != nil {
+			return err
+		}
+		srv.sched.mu.Lock()
+		cc := c
+		srv.sched.insertPending(&cc)
+		srv.sched.mu.Unlock()
+	}
+	srv.sched.mu.Lock()
+	srv.sched.sortPending()
+	srv.sched.changed()
+	srv.sched.mu.Unlock()
+	srv.sched.poke()
+	return nil
+}
+
+func onReadyNodes(a *alloc.Allocation, ready map[string]bool) bool {
+	for _, d := range a.Devices {
+		if !ready[d.Node] {
+			return false
+		}
+	}
+	return true
+}
+
+// remainingChanges keeps the changes of an allocation that the fleet (as
+// the agents report it) does not show yet.
+func remainingChanges(a *alloc.Allocation, f alloc.Fleet) []alloc.Change {
+	gpus := map[string]*alloc.GPU{}
+	for ni := range f.Nodes {
+		for gi := range f.Nodes[ni].GPUs {
+			g := &f.Nodes[ni].GPUs[gi]
+			gpus[g.UUID] = g
+		}
+	}
+	has := func(g *alloc.GPU, id string, profile string, start int) bool {
+		for _, in := range g.Instances {
+			if in.UUID == id || (in.Profile == profile && in.Start == start) {
+				return true
+			}
+		}
+		return false
+	}
+	var out []alloc.Change
+	for _, ch := range a.Changes {
+		g := gpus[ch.GPU]
+		if g == nil {
+			continue
+		}
+		switch ch.Kind {
+		case alloc.CreateInstance:
+			if g.MIGEnabled && has(g, ch.Device, ch.Profile, ch.Start) {
+				continue
+			}
+		case alloc.DestroyInstance:
+			if !g.MIGEnabled || !has(g, ch.Device, ch.Profile, ch.Start) {
+				continue
+			}
+		case alloc.EnableMIG:
+			if g.MIGEnabled {
+				continue
+			}
+		case alloc.DisableMIG:
+			if !g.MIGEnabled {
+				continue
+			}
+		}
+		out = append(out, ch)
+	}
+	return out
+}
+
+func (s *scheduler) sortPending() {
+	sort.SliceStable(s.pending, func(i, j int) bool {
+		a, b := s.pending[i], s.pending[j]
+		if a.Spec.Priority != b.Spec.Priority {
+			return a.Spec.Priority > b.Spec.Priority
+		}
+		return a.Seq < b.Seq
+	})
+}
+
+func (s *scheduler) insertPending(c *api.Claim) {
+	s.pending = append(s.pending, c)
+	s.sortPending()
+}
+
+func (s *scheduler) removePending(id string) {
+	for i, c := range s.pending {
+		if c.ID == id {
+			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// position is a pending claim's place in the queue (1 = next), or 0.
+func (s *scheduler) position(id string) int {
+	for i, c := range s.pending {
+		if c.ID == id {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// retryLoop places pending claims whenever capacity may have changed.
+func (srv *Server) retryLoop(ctx context.Context) {
+	tick := time.NewTicker(srv.cfg.RetryInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-srv.sched.kick:
+		case <-tick.C:
+		}
+		srv.retryPending(ctx)
+	}
+}
+
+// retryPending tries every pending claim in queue order; lower-priority
+// claims may fill room a higher one cannot use (backfill).
+func (srv *Server) retryPending(ctx context.Context) {
+	s := srv.sched
+	s.mu.Lock()
+	if s.st == nil {
+		s.mu.Unlock()
+		return
+	}
+	var placed []api.Claim
+	for _, c := range append([]*api.Claim(nil), s.pending...) {
+		a, err := s.st.Allocate(allocClaim(c))
+		if err != nil {
+			s.reasons[c.ID] = err.Error()
+			continue
+		}
+		if err := s.st.Apply(a); err != nil {
+			s.reasons[c.ID] = err.Error()
+			continue
+		}
+		done := *c
+		done.State, done.Allocation, done.Reason = api.Allocated, a, ""
+		placed = append(placed, done)
+		s.removePending(c.ID)
+		delete(s.reasons, c.ID)
+	}
+	s.mu.Unlock()
+	if len(placed) == 0 {
+		return
+	}
+	start := srv.cfg.Clock()
+	if err := srv.commitClaims(ctx, placed, "allocated"); err != nil {
+		srv.log.Error("committing allocations failed; giving the reservations back", "err", err)
+		s.mu.Lock()
+		for i := range placed {
+			_ = s.st.Release(placed[i].ID)
+			c := placed[i]
+			c.State, c.Allocation = api.Pending, nil
+			s.insertPending(&c)
+		}
+		s.mu.Unlock()
+		return
+	}
+	srv.metrics.observeAllocation(srv.cfg.Clock().Sub(start))
+	s.mu.Lock()
+	s.changed()
+	s.mu.Unlock()
+}
+
+// commitClaims writes claims and an event each, durably, in one update.
+func (srv *Server) commitClaims(ctx context.Context, cs []api.Claim, kind string) error {
+	now := srv.cfg.Clock()
+	return srv.store.Update(ctx, func(tx state.Tx) error {
+		for i := range cs {
+			cs[i].Updated = now
+			if err := tx.UpdateClaim(cs[i]); err != nil {
+				return err
+			}
+			ev := api.Event{Time: now, Kind: kind, Claim: cs[i].ID, Tenant: cs[i].Tenant, Message: describeClaim(&cs[i])}
+			if err := tx.AppendEvent(&ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func describeClaim(c *api.Claim) string {
+	if c.Allocation == nil || len(c.Allocation.Devices) == 0 {
+		if c.Reason != "" {
+			return string(c.State) + ": " + c.Reason
+		}
+		return string(c.State)
+	}
+	var devs []string
+	for _, d := range c.Allocation.Devices {
+		devs = append(devs, fmt.Sprintf("%s on %s (%s, %d MiB)", d.Device, d.Node, d.Mode, d.MemoryMiB))
+	}
+	return string(c.State) + ": " + strings.Join(devs, ", ")
+}

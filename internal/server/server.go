@@ -1,0 +1,188 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/state"
+)
+
+// Config configures a Server. Zero values take the defaults noted.
+type Config struct {
+	Store state.Store
+	Log   *slog.Logger
+	// Clock defaults to time.Now.
+	Clock func() time.Time
+	// Policy is the fleet's allocation policy.
+	Policy alloc.Policy
+	// NodeTimeout marks a node lost when it has not heartbeated for this
+	// long (default 30s).
+	NodeTimeout time.Duration
+	// SweepInterval is how often lost nodes are looked for (default
+	// NodeTimeout/3).
+	SweepInterval time.Duration
+	// RetryInterval bounds how long a pending claim waits for a retry when
+	// nothing pokes the scheduler (default 2s).
+	RetryInterval time.Duration
+	// MaxBodyBytes bounds request bodies (default 1 MiB).
+	MaxBodyBytes int64
+	// Simulated says the local node runs on simulated GPUs; answers that
+	// show inventory say so.
+	Simulated bool
+}
+
+// Server is the control plane: API, auth, scheduling and metrics.
+type Server struct {
+	cfg     Config
+	store   state.Store
+	log     *slog.Logger
+	sched   *scheduler
+	metrics *metrics
+}
+
+// New builds a server over a store and loads its state.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("server: no store")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.NodeTimeout <= 0 {
+		cfg.NodeTimeout = 30 * time.Second
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = cfg.NodeTimeout / 3
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = 2 * time.Second
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	srv := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, sched: newScheduler()}
+	srv.metrics = newMetrics(srv)
+	if err := srv.rebuild(ctx); err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+// Run starts the background loops (pending retries, lost-node sweeps)
+// until ctx ends.
+func (srv *Server) Run(ctx context.Context) {
+	go srv.retryLoop(ctx)
+	go srv.sweepLoop(ctx)
+}
+
+// Handler is the HTTP API.
+func (srv *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern string, roles []api.Role, h handlerFunc) {
+		mux.Handle(pattern, srv.authed(roles, h))
+	}
+	admin := []api.Role{api.RoleAdmin}
+	users := []api.Role{api.RoleAdmin, api.RoleTenant}
+	agents := []api.Role{api.RoleAdmin, api.RoleAgent}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
+	route("GET /metrics", admin, srv.serveMetrics)
+	route("POST /v1/claims", users, srv.createClaim)
+	route("GET /v1/claims", users, srv.listClaims)
+	route("GET /v1/claims/{id}", users, srv.getClaim)
+	route("DELETE /v1/claims/{id}", users, srv.releaseClaim)
+	route("POST /v1/claims/{id}/running", users, srv.markRunning)
+	route("POST /v1/claims/{id}/failed", users, srv.markFailed)
+	route("GET /v1/events", users, srv.watchEvents)
+	route("GET /v1/usage", users, srv.usage)
+	route("GET /v1/nodes", users, srv.listNodes)
+	route("GET /v1/nodes/{name}", users, srv.getNode)
+	route("PUT /v1/nodes/{name}", agents, srv.registerNode)
+	route("POST /v1/nodes/{name}/heartbeat", agents, srv.heartbeat)
+	route("GET /v1/nodes/{name}/claims", agents, srv.nodeClaims)
+	route("DELETE /v1/nodes/{name}", admin, srv.deleteNode)
+	route("GET /v1/tenants", admin, srv.listTenants)
+	route("PUT /v1/tenants/{name}", admin, srv.putTenant)
+	route("GET /v1/tenants/{name}", admin, srv.getTenant)
+	route("DELETE /v1/tenants/{name}", admin, srv.deleteTenant)
+	route("POST /v1/tokens", admin, srv.createToken)
+	route("GET /v1/tokens", admin, srv.listTokens)
+	route("DELETE /v1/tokens/{id}", admin, srv.deleteToken)
+	return srv.logged(mux)
+}
+
+// NewHTTPServer wraps the handler with the timeouts a public server needs.
+func (srv *Server) NewHTTPServer(addr string) *http.Server {
+	return &http.Server{Addr: addr, Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 0 /* long polls and SSE */, IdleTimeout: 120 * time.Second,
+		MaxHeaderBytes: 64 << 10}
+}
+
+// CreateToken makes a token and stores its hash; the secret is returned
+// once.
+func (srv *Server) CreateToken(ctx context.Context, role api.Role, tenant string) (api.Token, error) {
+	secret, err := randomHex(24)
+	if err != nil {
+		return api.Token{}, err
+	}
+	id, err := randomHex(6)
+	if err != nil {
+		return api.Token{}, err
+	}
+	t := api.Token{ID: "tok-" + id, Role: role, Tenant: tenant, Created: srv.cfg.Clock()}
+	secret = "gs_" + string(role[:1]) + "_" + secret
+	err = srv.store.Update(ctx, func(tx state.Tx) error {
+		if role == api.RoleTenant {
+			if _, err := tx.GetTenant(tenant); err != nil {
+				return err
+			}
+		}
+		return tx.CreateToken(t, hashToken(secret))
+	})
+	if err != nil {
+		return api.Token{}, err
+	}
+	t.Secret = secret
+	return t, nil
+}
+
+// HasAdminToken reports whether any admin token exists.
+func (srv *Server) HasAdminToken(ctx context.Context) (bool, error) {
+	found := false
+	err := srv.store.View(ctx, func(tx state.Tx) error {
+		ts, err := tx.ListTokens()
+		for _, t := range ts {
+			found = found || t.Role == api.RoleAdmin
+		}
+		return err
+	})
+	return found, err
+}
+
+func hashToken(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("reading random bytes: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// ctxForScrape is the context metric collection reads the store with.
+func (srv *Server) ctxForScrape() context.Context { return context.Background() }

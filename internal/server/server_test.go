@@ -1,0 +1,362 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/agent"
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/server"
+	"github.com/gpuslice/gpuslice/internal/state"
+)
+
+// harness is a real server over HTTP on a memory store, with a fake
+// clock, and helpers to act as admin, tenants and agents.
+type harness struct {
+	t     *testing.T
+	srv   *server.Server
+	http  *httptest.Server
+	admin string
+	now   time.Time
+	mu    sync.Mutex
+}
+
+func newHarness(t *testing.T, store state.Store) *harness {
+	t.Helper()
+	h := &harness{t: t, now: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
+	if store == nil {
+		store = state.NewMemory()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	srv, err := server.New(ctx, server.Config{Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Clock: h.clock, NodeTimeout: 30 * time.Second, SweepInterval: 10 * time.Millisecond, RetryInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Run(ctx)
+	h.srv = srv
+	h.http = httptest.NewServer(srv.Handler())
+	t.Cleanup(h.http.Close)
+	tok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.admin = tok.Secret
+	return h
+}
+
+func (h *harness) clock() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.now
+}
+
+func (h *harness) advance(d time.Duration) {
+	h.mu.Lock()
+	h.now = h.now.Add(d)
+	h.mu.Unlock()
+}
+
+// call sends a request and returns the status and body.
+func (h *harness) call(token, method, path string, body any) (int, []byte) {
+	h.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		data, _ := json.Marshal(b)
+		rd = bytes.NewReader(data)
+	}
+	req, _ := http.NewRequest(method, h.http.URL+path, rd)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+func (h *harness) must(token, method, path string, body any, want int, out any) {
+	h.t.Helper()
+	code, data := h.call(token, method, path, body)
+	if code != want {
+		h.t.Fatalf("%s %s: HTTP %d, want %d: %s", method, path, code, want, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func (h *harness) tenant(name string, quotaMiB int64) string {
+	h.t.Helper()
+	h.must(h.admin, "PUT", "/v1/tenants/"+name, api.Tenant{MemoryMiB: quotaMiB}, 200, nil)
+	var tok api.Token
+	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: name}, 201, &tok)
+	return tok.Secret
+}
+
+// node registers a simulated machine through the real agent and returns
+// the agent (Step reconciles and heartbeats).
+func (h *harness) node(name, preset string) (*agent.Agent, *fake.Machine) {
+	h.t.Helper()
+	var tok api.Token
+	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent}, 201, &tok)
+	spec, err := fake.Preset(preset)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	seed := int64(0)
+	for _, r := range name {
+		seed = seed*31 + int64(r)
+	}
+	m, err := fake.New(spec, fake.WithSeed(seed))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	c, err := client.New(h.http.URL, tok.Secret, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Name: name, Client: c, Device: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := a.Register(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+	return a, m
+}
+
+func gpuReq(mem int64, mode alloc.Mode) server.CreateClaimRequest {
+	return server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: mem, Mode: mode}}}}
+}
+
+func TestClaimLifecycleWithAgent(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	ag, m := h.node("host-a", "mixed")
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
+		Requests: []alloc.Request{{Name: "gpu", Profile: "3g.20gb"}}}}, 201, &c)
+	if c.State != api.Allocated || c.Allocation == nil || !alloc.IsPlanned(c.Allocation.Devices[0].Device) {
+		t.Fatalf("claim %+v", c)
+	}
+	// The agent creates the instance at the planned start; the server
+	// adopts its uuid and rewrites the environment.
+	if err := ag.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	dev := c.Allocation.Devices[0]
+	if alloc.IsPlanned(dev.Device) || !strings.HasPrefix(dev.Device, "MIG-") || c.Allocation.Env["CUDA_VISIBLE_DEVICES"] != dev.Device {
+		t.Fatalf("device not adopted: %+v env %v", dev, c.Allocation.Env)
+	}
+	gpus, _ := m.GPUs(context.Background())
+	found := false
+	for _, g := range gpus {
+		for _, in := range g.Instances {
+			found = found || (in.UUID == dev.Device && in.Profile == "3g.20gb" && in.Start == dev.Start)
+		}
+	}
+	if !found {
+		t.Fatalf("the fake machine has no %s@%d", dev.Profile, dev.Start)
+	}
+	h.must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, &c)
+	h.must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, &c)
+	if c.State != api.Released {
+		t.Fatalf("state %s", c.State)
+	}
+	h.must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, &c) // idempotent
+}
+
+func TestPendingThenAllocatedInPriorityOrder(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	h.node("host-a", "t4") // one T4: 16 GiB
+	var first, low, high api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &first)
+	lowReq := gpuReq(0, alloc.Exclusive)
+	h.must(acme, "POST", "/v1/claims", lowReq, 201, &low)
+	highReq := gpuReq(0, alloc.Exclusive)
+	highReq.Priority = 10
+	h.must(acme, "POST", "/v1/claims", highReq, 201, &high)
+	if low.State != api.Pending || high.State != api.Pending || high.QueuePosition != 1 || !strings.Contains(low.Reason, "0/1 nodes are available") {
+		t.Fatalf("low %+v high %+v", low, high)
+	}
+	h.must(acme, "DELETE", "/v1/claims/"+first.ID, nil, 200, nil)
+	h.must(acme, "GET", "/v1/claims/"+high.ID+"?wait=2s&state=pending", nil, 200, &high)
+	h.must(acme, "GET", "/v1/claims/"+low.ID, nil, 200, &low)
+	if high.State != api.Allocated || low.State != api.Pending || low.QueuePosition != 1 {
+		t.Fatalf("high %s low %s (pos %d): priority order broken", high.State, low.State, low.QueuePosition)
+	}
+}
+
+func TestTenantIsolationAndQuota(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 10000)
+	beta := h.tenant("beta", 0)
+	h.node("host-a", "l4x4")
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(8000, alloc.TimeSlice), 201, &c)
+	code, body := h.call(acme, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice))
+	if code != 403 || !strings.Contains(string(body), "quota: tenant acme holds 8000 MiB") {
+		t.Fatalf("quota: %d %s", code, body)
+	}
+	// Another tenant's claim is invisible: 404, not 403.
+	if code, _ := h.call(beta, "GET", "/v1/claims/"+c.ID, nil); code != 404 {
+		t.Fatalf("beta sees acme's claim: %d", code)
+	}
+	if code, _ := h.call(beta, "DELETE", "/v1/claims/"+c.ID, nil); code != 404 {
+		t.Fatalf("beta releases acme's claim: %d", code)
+	}
+	var list []api.Claim
+	h.must(beta, "GET", "/v1/claims", nil, 200, &list)
+	if len(list) != 0 {
+		t.Fatalf("beta lists %d claims", len(list))
+	}
+	// Tenants never share a time-sliced device.
+	var b api.Claim
+	h.must(beta, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, &b)
+	if b.Allocation.Devices[0].Device == c.Allocation.Devices[0].Device {
+		t.Fatal("two tenants on one time-sliced GPU")
+	}
+	// Admin-only endpoints.
+	if code, _ := h.call(acme, "GET", "/v1/tenants", nil); code != 403 {
+		t.Fatalf("tenant lists tenants: %d", code)
+	}
+}
+
+func TestBadRequestsChangeNothing(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	h.node("host-a", "t4")
+	cases := []struct {
+		body any
+		code int
+		want string
+	}{
+		{`{"requests": [`, 400, "malformed JSON"},
+		{`{"requests": [{"name":"gpu"}], "turbo": true}`, 422, `unknown field \"turbo\"`},
+		{`{"requests": [{"name":"gpu","memoryMiB":-5}]}`, 422, "requests[0].memoryMiB: -5"},
+		{`{"requests": [{"name":"gpu","memoryMiB":"lots"}]}`, 422, "want int64"},
+		{`{"requests": [{"name":"gpu","count":100000}]}`, 422, "requests[0].count"},
+		{`{"requests": [{"name":"gpu","computePercent":500}]}`, 422, "computePercent"},
+		{`{"requests": []}`, 422, "requests: is empty"},
+		{`{"tenant": "beta", "requests": [{"name":"gpu"}]}`, 422, "own tenant"},
+		{`{"requests": [{"name":"gpu","selector":"device.attributes["}]}`, 422, "selector"},
+		{`{"requests": [{"name":"gpu"}], "node": "nowhere"}`, 422, "node \\\"nowhere\\\" is not registered"},
+		{`{"requests": [{"name":"gpu"}]} {}`, 400, "trailing data"},
+		{strings.Repeat(" ", 2<<20) + "{}", 413, "request body over"},
+		{"", 400, "empty body"},
+	}
+	for _, tc := range cases {
+		code, body := h.call(acme, "POST", "/v1/claims", tc.body)
+		if code != tc.code || !strings.Contains(string(body), tc.want) {
+			t.Errorf("body %.60q: HTTP %d %s; want %d containing %q", tc.body, code, body, tc.code, tc.want)
+		}
+	}
+	if code, _ := h.call("", "GET", "/v1/claims", nil); code != 401 {
+		t.Fatalf("no token: %d", code)
+	}
+	if code, _ := h.call("gs_t_wrong", "GET", "/v1/claims", nil); code != 401 {
+		t.Fatalf("bad token: %d", code)
+	}
+	var list []api.Claim
+	h.must(h.admin, "GET", "/v1/claims", nil, 200, &list)
+	if len(list) != 0 {
+		t.Fatalf("bad requests left %d claims", len(list))
+	}
+}
+
+func TestLostNodeRequeuesItsClaims(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	agA, _ := h.node("host-a", "t4")
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
+	if c.Allocation.Devices[0].Node != "host-a" {
+		t.Fatalf("placed on %s", c.Allocation.Devices[0].Node)
+	}
+	agB, _ := h.node("host-b", "t4")
+	h.advance(20 * time.Second)
+	if err := agB.Step(context.Background()); err != nil { // b heartbeats, a does not
+		t.Fatal(err)
+	}
+	h.advance(20 * time.Second)
+	if err := agB.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+		if c.State == api.Allocated && c.Allocation.Devices[0].Node == "host-b" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim not moved to host-b: %+v", c)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var n api.Node
+	h.must(h.admin, "GET", "/v1/nodes/host-a", nil, 200, &n)
+	if n.State != api.NodeLost {
+		t.Fatalf("host-a is %s", n.State)
+	}
+	// host-a comes back: it is ready again, and the claim stays on host-b
+	// (never double-placed).
+	if err := agA.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var claims []api.Claim
+	h.must(h.admin, "GET", "/v1/claims?state=allocated", nil, 200, &claims)
+	if len(claims) != 1 || claims[0].Allocation.Devices[0].Node != "host-b" {
+		t.Fatalf("after host-a returns: %+v", claims)
+	}
+}
+
+func TestMetricsAndOpenAPI(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	h.node("host-a", "t4")
+	h.must(acme, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, nil)
+	code, body := h.call(h.admin, "GET", "/metrics", nil)
+	for _, want := range []string{`gpuslice_claims{state="allocated",tenant="acme"} 1`, "gpuslice_allocation_latency_seconds_bucket",
+		`gpuslice_device_memory_promised_mib{`, `gpuslice_tenant_memory_mib{tenant="acme"} 2000`, `gpuslice_nodes{state="ready"} 1`} {
+		if code != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	code, body = h.call("", "GET", "/openapi.json", nil)
+	var doc struct {
+		Paths map[string]map[string]any `json:"paths"`
+	}
+	if code != 200 || json.Unmarshal(body, &doc) != nil {
+		t.Fatalf("openapi: %d", code)
+	}
+	for _, p := range []string{"/v1/claims", "/v1/claims/{id}", "/v1/nodes/{name}/heartbeat", "/v1/tokens", "/metrics", "/healthz"} {
+		if doc.Paths[p] == nil {
+			t.Errorf("openapi lacks %s", p)
+		}
+	}
+}

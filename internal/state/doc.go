@@ -1,0 +1,63 @@
+// Package state is the control plane's store: tenants, tokens, claims,
+// nodes, events and usage, behind a narrow transactional interface.
+//
+// The server sees only Store and Tx. Store.Update runs a function in a
+// read-write transaction (all of it is kept, or none of it if the function
+// returns an error or panics); Store.View runs one in a read-only
+// transaction that sees a consistent snapshot. Records go in and come out as
+// deep copies. Missing and duplicate records give errors that wrap
+// ErrNotFound and ErrExists and name the record (`claim "c-12": not found`).
+// Claims and events get a Seq from the store: monotonic, and never reused
+// once committed. Claims are ordered by Seq (FIFO); ClaimFilter selects them
+// by tenant, states and node (ClaimNodes).
+//
+// Two backends implement the same contract, checked by one test suite:
+//
+//   - Memory (NewMemory): maps behind a RWMutex, records kept JSON-encoded
+//     as SQLite keeps them; Update keeps an undo log. It is the test fake
+//     and `gpuslice serve --store memory`.
+//   - SQLite (OpenSQLite): one database file through the pure-Go driver
+//     modernc.org/sqlite.
+//
+// # SQLite settings
+//
+// The file is created with mode 0600 (SQLite gives its -wal and -shm files
+// the same mode). The write connection runs with journal_mode=WAL,
+// synchronous=FULL (every commit fsyncs the WAL, so an acknowledged Update
+// survives kill -9 and power loss as far as SQLite and the disk guarantee),
+// busy_timeout (SQLiteOptions.BusyTimeout, 5s) and foreign_keys=ON; Open
+// verifies that they took effect. Views use a separate pool of read
+// connections (query_only=ON); under WAL they read a snapshot while the
+// writer writes. The queried fields are columns (claim id, seq, tenant,
+// state, priority; a claim_nodes table for the nodes a claim touches, since
+// an allocation may span several); the rest of each record is a JSON blob.
+//
+// The schema is versioned in a schema_version table and migrated on open by
+// ordered steps (migrations) inside one transaction. A database whose
+// version is above SchemaVersion (written by a newer gpuslice) is refused
+// with ErrSchemaTooNew rather than half understood.
+//
+// # Group commit
+//
+// Every Update is queued to one writer goroutine. The writer takes the
+// first queued request and then whatever else is already waiting, up to
+// SQLiteOptions.MaxBatch (256), and runs them all in one BEGIN IMMEDIATE
+// transaction, each function inside its own SAVEPOINT: a function that
+// fails (or panics) is rolled back to its savepoint and gets its own error
+// (or re-panics in its caller), and the others go on. Then the writer
+// commits once (one fsync) and only after COMMIT returns answers every
+// caller. There is no timer: a lone Update commits at once, and under load
+// batches grow by themselves because requests pile up while the previous
+// commit is syncing. Throughput is thus many claims per fsync while every
+// acknowledged write is durable. If the transaction itself fails (COMMIT,
+// or an I/O, disk-full or similar error after which SQLite abandons the
+// transaction) nothing of the batch is kept and every caller whose function
+// succeeded gets that error. A caller whose context is done before its
+// function's turn comes is skipped and gets ctx.Err(); once a function has
+// run, Update waits for the commit whatever the context says. Close stops
+// new Updates, lets the writer drain the queue, then closes the database.
+// Stats reports updates, batches and the largest batch.
+//
+// Do not call Update or View from inside a transaction's function: a nested
+// Update waits for itself.
+package state
