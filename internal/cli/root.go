@@ -32,8 +32,7 @@ func New(out, errOut io.Writer) *cobra.Command {
 		Long: `gpuslice lets many workloads and tenants share NVIDIA GPUs through
 time-slicing, CUDA MPS and MIG, alone or layered, behind one request model.
 
-This build has the catalog of GPU models, MIG profiles and cloud instance
-types, and the MIG geometry engine (validate, place, fit, evict).`,
+Start with: gpuslice serve (then gpuslice run -- CMD), or gpuslice plan FILE.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       Version,
@@ -48,7 +47,8 @@ types, and the MIG geometry engine (validate, place, fit, evict).`,
 	root.SetErr(errOut)
 	root.PersistentFlags().StringVarP(&e.format, "output", "o", "table", "output format: "+strings.Join(outputFormats, "|"))
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
-	root.AddCommand(catalogCmd(e), migCmd(e), planCmd(e), renderCmd(e), schemaCmd(e), benchCmd(e))
+	root.AddCommand(catalogCmd(e), migCmd(e), planCmd(e), renderCmd(e), schemaCmd(e), serveCmd(e), benchCmd(e))
+	root.AddCommand(remoteCmds(e)...)
 	return root
 }
 

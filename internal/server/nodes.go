@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"reflect"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -177,7 +176,7 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 		if req.Inventory != nil {
 			inv := *req.Inventory
 			inv.Name = name
-			if !reflect.DeepEqual(inv, n.Inventory) {
+			if mustJSON(inv) != mustJSON(n.Inventory) { // JSON: nil and empty lists are the same
 				n.Inventory, rebuild = inv, true
 			}
 		}

@@ -186,3 +186,6 @@ func randomHex(n int) (string, error) {
 
 // ctxForScrape is the context metric collection reads the store with.
 func (srv *Server) ctxForScrape() context.Context { return context.Background() }
+
+// HashToken is how token secrets are stored (SHA-256).
+func HashToken(secret string) []byte { return hashToken(secret) }

@@ -58,6 +58,9 @@
 // new Updates, lets the writer drain the queue, then closes the database.
 // Stats reports updates, batches and the largest batch.
 //
-// Do not call Update or View from inside a transaction's function: a nested
+// Functions given to Update run one at a time (on the writer goroutine, for
+// SQLite): keep them short and do slow work, such as an allocation
+// decision over a large fleet, before calling Update or with a View. Do
+// not call Update or View from inside a transaction's function: a nested
 // Update waits for itself.
 package state

@@ -93,8 +93,9 @@ var migrations = [][]string{
 	},
 }
 
-// SchemaVersion is the schema version this binary writes.
-var SchemaVersion = len(migrations)
+// SchemaVersion is the schema version this binary writes: the number of
+// migrations (a test checks they agree).
+const SchemaVersion = 1
 
 // SQLite is the durable Store: one SQLite database file in WAL mode,
 // written by one goroutine that group-commits concurrent Updates (see the
@@ -112,8 +113,8 @@ type SQLite struct {
 
 	maxBatch int
 
-	mu         sync.RWMutex // guards closed and sends on queue
-	closed     bool
+	mu         sync.RWMutex // guards sends on queue against its closing
+	closed     atomic.Bool  // set under mu
 	queue      chan *writeReq
 	writerDone chan struct{}
 	closeOnce  sync.Once
@@ -275,20 +276,20 @@ func (s *SQLite) migrate(ctx context.Context) (err error) {
 	case err != nil:
 		return fmt.Errorf("state: migrating %s: %w", s.path, err)
 	}
-	if version > len(migrations) {
+	if version > SchemaVersion {
 		return fmt.Errorf("state: %s has schema version %d but this gpuslice knows versions up to %d: %w (upgrade gpuslice, or restore a backup made by this version)",
-			s.path, version, len(migrations), ErrSchemaTooNew)
+			s.path, version, SchemaVersion, ErrSchemaTooNew)
 	}
-	for v := version; v < len(migrations); v++ {
+	for v := version; v < SchemaVersion; v++ {
 		for _, stmt := range migrations[v] {
 			if _, err := c.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("state: migrating %s to schema version %d: %w", s.path, v+1, err)
 			}
 		}
 	}
-	if version != len(migrations) {
+	if version != SchemaVersion {
 		if _, err := c.ExecContext(ctx, `INSERT INTO schema_version (id, version) VALUES (1, ?)
-			ON CONFLICT (id) DO UPDATE SET version = excluded.version`, len(migrations)); err != nil {
+			ON CONFLICT (id) DO UPDATE SET version = excluded.version`, SchemaVersion); err != nil {
 			return fmt.Errorf("state: migrating %s: %w", s.path, err)
 		}
 	}
@@ -323,7 +324,7 @@ func (s *SQLite) Update(ctx context.Context, fn func(Tx) error) error {
 	}
 	req := &writeReq{ctx: ctx, fn: fn, done: make(chan writeResult, 1)}
 	s.mu.RLock()
-	if s.closed {
+	if s.closed.Load() {
 		s.mu.RUnlock()
 		return ErrClosed
 	}
@@ -351,10 +352,7 @@ func (s *SQLite) Update(ctx context.Context, fn func(Tx) error) error {
 // View implements Store on a read connection: the snapshot is the database
 // as of the first read in fn; writes committed later are not seen.
 func (s *SQLite) View(ctx context.Context, fn func(Tx) error) error {
-	s.mu.RLock()
-	closed := s.closed
-	s.mu.RUnlock()
-	if closed {
+	if s.closed.Load() {
 		return ErrClosed
 	}
 	rtx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -375,7 +373,7 @@ func (s *SQLite) View(ctx context.Context, fn func(Tx) error) error {
 func (s *SQLite) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
-		s.closed = true
+		s.closed.Store(true)
 		close(s.queue)
 		s.mu.Unlock()
 		<-s.writerDone
@@ -541,8 +539,17 @@ func runFn(fn func(Tx) error, tx Tx) (res writeResult) {
 // wexecRaw runs a control statement (BEGIN, SAVEPOINT, COMMIT…) on the
 // write connection. It never uses a caller's context: interrupting a
 // statement inside a transaction may roll back the whole batch.
+// They are prepared once, like every statement on the write connection.
 func (s *SQLite) wexecRaw(q string) error {
-	_, err := s.wconn.ExecContext(context.Background(), q)
+	st, ok := s.wstmt[q]
+	if !ok {
+		var err error
+		if st, err = s.wconn.PrepareContext(context.Background(), q); err != nil {
+			return err
+		}
+		s.wstmt[q] = st
+	}
+	_, err := st.ExecContext(context.Background())
 	return err
 }
 

@@ -80,7 +80,7 @@ type Tx interface {
 	EventsSince(seq int64, limit int) ([]api.Event, error)
 
 	// AddUsage adds to a tenant's accumulated GPU-seconds and
-	// MiB-seconds (both finite and >= 0).
+	// MiB-seconds (both finite and >= 0). The tenant need not exist.
 	AddUsage(tenant string, gpuSeconds, memoryMiBSeconds float64) error
 	// Usage returns a tenant's accumulated seconds (Tenant, GPUSeconds and
 	// MemoryMiBSec; zero when nothing was added). The live fields (Claims,

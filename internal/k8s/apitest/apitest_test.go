@@ -382,6 +382,7 @@ metadata: {name: nope}
 				t.Fatalf("got %d errors, want 1: %v", len(errs), errs)
 			}
 			msg := errs[0].Error()
+			t.Log(msg)
 			for _, w := range tc.want {
 				if !strings.Contains(msg, w) {
 					t.Errorf("error %q\ndoes not mention %q", msg, w)

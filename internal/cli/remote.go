@@ -1,0 +1,254 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/server"
+)
+
+// conn holds how remote commands reach the server.
+type conn struct {
+	server, token string
+}
+
+func (c *conn) flags(cmd *cobra.Command) {
+	def := os.Getenv("GPUSLICE_SERVER")
+	if def == "" {
+		def = "http://127.0.0.1:7777"
+	}
+	cmd.PersistentFlags().StringVar(&c.server, "server", def, "server URL (env GPUSLICE_SERVER)")
+	cmd.PersistentFlags().StringVar(&c.token, "token", "", "API token (env GPUSLICE_TOKEN; default: the admin token serve wrote to its data directory)")
+}
+
+// client builds the API client; the token comes from the flag, the
+// environment, or the local serve's admin token file.
+func (c *conn) client() (*client.Client, error) {
+	tok := c.token
+	if tok == "" {
+		tok = os.Getenv("GPUSLICE_TOKEN")
+	}
+	if tok == "" {
+		if b, err := os.ReadFile(filepath.Join(defaultDataDir(), "admin.token")); err == nil {
+			tok = strings.TrimSpace(string(b))
+		}
+	}
+	if tok == "" {
+		return nil, fmt.Errorf("no token: pass --token, set GPUSLICE_TOKEN, or run gpuslice serve on this machine first")
+	}
+	return client.New(c.server, tok, nil)
+}
+
+func remoteCmds(e *env) []*cobra.Command {
+	c := &conn{}
+	claims := &cobra.Command{Use: "claims", Short: "List, show and release claims"}
+	nodes := &cobra.Command{Use: "nodes", Short: "List nodes and their GPUs"}
+	tenants := &cobra.Command{Use: "tenants", Short: "Manage tenants and their quotas (admin)"}
+	tokens := &cobra.Command{Use: "tokens", Short: "Manage API tokens (admin)"}
+	usage := &cobra.Command{Use: "usage", Short: "What tenants hold and have used", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var us []api.Usage
+			if err := call(cmd.Context(), c, http.MethodGet, "/v1/usage", nil, &us); err != nil {
+				return err
+			}
+			t := &table{header: []string{"TENANT", "CLAIMS", "MEMORY", "COMPUTE", "GPU-SECONDS", "MIB-SECONDS"}}
+			for _, u := range us {
+				t.add(u.Tenant, u.Claims, mib(u.MemoryMiB), fmt.Sprintf("%d%%", u.ComputePercent), fmt.Sprintf("%.0f", u.GPUSeconds), fmt.Sprintf("%.0f", u.MemoryMiBSec))
+			}
+			return e.render(t, us)
+		}}
+	var state string
+	claims.AddCommand(&cobra.Command{Use: "ls", Short: "List claims", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := "/v1/claims"
+			if state != "" {
+				path += "?state=" + url.QueryEscape(state)
+			}
+			var cs []api.Claim
+			if err := call(cmd.Context(), c, http.MethodGet, path, nil, &cs); err != nil {
+				return err
+			}
+			t := &table{header: []string{"ID", "TENANT", "STATE", "DEVICES", "REASON"}}
+			for _, cl := range cs {
+				t.add(cl.ID, cl.Tenant, cl.State, devicesText(cl), short(cl.Reason, 70))
+			}
+			return e.render(t, cs)
+		}})
+	claims.Commands()[0].Flags().StringVar(&state, "state", "", "only claims in this state")
+	claims.AddCommand(&cobra.Command{Use: "get ID", Short: "Show a claim with its allocation and environment", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var cl api.Claim
+			if err := call(cmd.Context(), c, http.MethodGet, "/v1/claims/"+url.PathEscape(args[0]), nil, &cl); err != nil {
+				return err
+			}
+			return e.render(claimTable(cl), cl)
+		}})
+	claims.AddCommand(&cobra.Command{Use: "rm ID...", Short: "Release claims", Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, id := range args {
+				if err := call(cmd.Context(), c, http.MethodDelete, "/v1/claims/"+url.PathEscape(id), nil, nil); err != nil {
+					return err
+				}
+				fmt.Fprintln(e.out, "released", id)
+			}
+			return nil
+		}})
+	nodes.AddCommand(&cobra.Command{Use: "ls", Short: "List nodes", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var ns []api.Node
+			if err := call(cmd.Context(), c, http.MethodGet, "/v1/nodes", nil, &ns); err != nil {
+				return err
+			}
+			t := &table{header: []string{"NODE", "STATE", "GPUS", "MIG", "DRIVER", "LAST HEARTBEAT"}}
+			for _, n := range ns {
+				models, migs := map[string]int{}, 0
+				for _, g := range n.Inventory.GPUs {
+					models[g.Model]++
+					if g.MIGEnabled {
+						migs++
+					}
+				}
+				var parts []string
+				for m, k := range models {
+					parts = append(parts, fmt.Sprintf("%d×%s", k, m))
+				}
+				driver := n.Driver
+				if n.Simulated {
+					driver += " (simulated)"
+				}
+				t.add(n.Name, n.State, strings.Join(parts, " "), migs, driver, n.LastHeartbeat.Format("15:04:05"))
+			}
+			return e.render(t, ns)
+		}})
+	var quotaMem, quotaComp int
+	tput := &cobra.Command{Use: "put NAME", Short: "Create or update a tenant", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var t api.Tenant
+			body := api.Tenant{MemoryMiB: int64(quotaMem), ComputePercent: quotaComp}
+			if err := call(cmd.Context(), c, http.MethodPut, "/v1/tenants/"+url.PathEscape(args[0]), body, &t); err != nil {
+				return err
+			}
+			return e.render(&table{notes: []string{fmt.Sprintf("tenant %s: memory quota %s, compute quota %d%%", t.Name, mib(t.MemoryMiB), t.ComputePercent)}}, t)
+		}}
+	tput.Flags().IntVar(&quotaMem, "memory-mib", 0, "GPU memory quota in MiB (0 = none)")
+	tput.Flags().IntVar(&quotaComp, "compute", 0, "compute quota in percent of a GPU (0 = none)")
+	tenants.AddCommand(tput, &cobra.Command{Use: "ls", Short: "List tenants", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var ts []api.Tenant
+			if err := call(cmd.Context(), c, http.MethodGet, "/v1/tenants", nil, &ts); err != nil {
+				return err
+			}
+			t := &table{header: []string{"TENANT", "MEMORY QUOTA", "COMPUTE QUOTA"}}
+			for _, x := range ts {
+				t.add(x.Name, mib(x.MemoryMiB), x.ComputePercent)
+			}
+			return e.render(t, ts)
+		}}, &cobra.Command{Use: "rm NAME", Short: "Delete a tenant without live claims", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd.Context(), c, http.MethodDelete, "/v1/tenants/"+url.PathEscape(args[0]), nil, nil)
+		}})
+	var role, tenant string
+	tcreate := &cobra.Command{Use: "create", Short: "Create a token (its secret is shown once)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var t api.Token
+			if err := call(cmd.Context(), c, http.MethodPost, "/v1/tokens", server.CreateTokenRequest{Role: api.Role(role), Tenant: tenant}, &t); err != nil {
+				return err
+			}
+			return e.render(&table{notes: []string{fmt.Sprintf("token %s (%s %s); secret, shown once:\n  %s", t.ID, t.Role, t.Tenant, t.Secret)}}, t)
+		}}
+	tcreate.Flags().StringVar(&role, "role", "tenant", "admin, tenant or agent")
+	tcreate.Flags().StringVar(&tenant, "tenant", "", "the tenant of a tenant token")
+	tokens.AddCommand(tcreate, &cobra.Command{Use: "ls", Short: "List tokens", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var ts []api.Token
+			if err := call(cmd.Context(), c, http.MethodGet, "/v1/tokens", nil, &ts); err != nil {
+				return err
+			}
+			t := &table{header: []string{"ID", "ROLE", "TENANT", "CREATED"}}
+			for _, x := range ts {
+				t.add(x.ID, x.Role, orDashS(x.Tenant), x.Created.Format("2006-01-02 15:04"))
+			}
+			return e.render(t, ts)
+		}}, &cobra.Command{Use: "rm ID", Short: "Delete a token", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return call(cmd.Context(), c, http.MethodDelete, "/v1/tokens/"+url.PathEscape(args[0]), nil, nil)
+		}})
+	out := []*cobra.Command{claims, nodes, tenants, tokens, usage, runCmd(e, c), agentCmd(e, c)}
+	for _, cmd := range out {
+		c.flags(cmd)
+	}
+	return out
+}
+
+func call(ctx context.Context, c *conn, method, path string, body, out any) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	return cl.Do(ctx, method, path, body, out)
+}
+
+func devicesText(c api.Claim) string {
+	if c.Allocation == nil {
+		return "-"
+	}
+	var parts []string
+	for _, d := range c.Allocation.Devices {
+		parts = append(parts, fmt.Sprintf("%s:%s %s %dMiB", d.Node, d.Device, d.Mode, d.MemoryMiB))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func short(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func claimTable(c api.Claim) *table {
+	t := &table{header: []string{"REQUEST", "NODE", "DEVICE", "MODE", "MEMORY", "COMPUTE"}}
+	if c.Allocation != nil {
+		for _, d := range c.Allocation.Devices {
+			t.add(d.Request, d.Node, d.Device, d.Mode, mib(d.MemoryMiB), fmt.Sprintf("%d%%", d.ComputePercent))
+		}
+	}
+	t.notes = append(t.notes, fmt.Sprintf("claim %s (tenant %s): %s", c.ID, c.Tenant, c.State))
+	if c.Reason != "" {
+		t.notes = append(t.notes, "reason: "+c.Reason)
+	}
+	if c.QueuePosition > 0 {
+		t.notes = append(t.notes, fmt.Sprintf("queue position: %d", c.QueuePosition))
+	}
+	if c.Allocation != nil {
+		for _, k := range sortedKeys(c.Allocation.Env) {
+			t.notes = append(t.notes, fmt.Sprintf("env %s=%s", k, c.Allocation.Env[k]))
+		}
+		for _, w := range c.Allocation.Why {
+			t.notes = append(t.notes, "why: "+w)
+		}
+	}
+	return t
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j] < out[j-1]; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}

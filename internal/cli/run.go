@@ -1,0 +1,205 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuslice/gpuslice/internal/agent"
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/spec"
+)
+
+// ExitError carries a command's exit code through cobra to main.
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+func runCmd(e *env, c *conn) *cobra.Command {
+	var memory, mode, profile, isolation, tenant, node, workload, policy string
+	var compute, priority int
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Claim a GPU slice, run a command with it, release it when the command exits",
+		Long: `Creates a claim, waits for it (showing the queue position and why), runs CMD on
+this host with the allocation's environment (CUDA_VISIBLE_DEVICES, CUDA_MPS_*), streams its
+output, releases the claim when CMD exits, and exits with CMD's exit code. Ctrl-C stops CMD
+and releases the claim.`,
+		Example: "  gpuslice run --memory 10GiB --compute 25 -- nvidia-smi\n  gpuslice run --mode mig --profile 3g.20gb -- python train.py",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			req := alloc.Request{Name: "gpu", Mode: alloc.Mode(mode), Profile: profile, ComputePercent: compute, Workload: alloc.Workload(workload)}
+			if memory != "" {
+				if req.MemoryMiB, err = spec.ParseMemoryMiB(memory); err != nil {
+					return fmt.Errorf("--memory: %w", err)
+				}
+			}
+			cs := api.ClaimSpec{Priority: priority, Isolation: alloc.Isolation(isolation), Requests: []alloc.Request{req}, MemoryPolicy: policy}
+			if node == "" {
+				// Run here when this host is a node of the server.
+				if err := cl.Do(cmd.Context(), http.MethodGet, "/v1/nodes/"+url.PathEscape(hostName()), nil, nil); err == nil {
+					node = hostName()
+				}
+			}
+			cs.Node = node
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			claim, err := cl.CreateClaim(ctx, tenant, cs)
+			if err != nil {
+				return err
+			}
+			release := func() {
+				rc, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if _, err := cl.Release(rc, claim.ID); err != nil {
+					fmt.Fprintf(e.errOut, "gpuslice: releasing %s: %v\n", claim.ID, err)
+				}
+			}
+			defer release()
+			deadline := time.Now().Add(timeout)
+			shown := ""
+			for claim.State == api.Pending {
+				if line := fmt.Sprintf("gpuslice: %s pending, queue position %d: %s", claim.ID, claim.QueuePosition, claim.Reason); line != shown {
+					fmt.Fprintln(e.errOut, line)
+					shown = line
+				}
+				if timeout > 0 && time.Now().After(deadline) {
+					return fmt.Errorf("claim %s still pending after %s", claim.ID, timeout)
+				}
+				if claim, err = cl.Claim(ctx, claim.ID, api.Pending, 20*time.Second); err != nil {
+					return err
+				}
+			}
+			if claim.State != api.Allocated {
+				return fmt.Errorf("claim %s is %s: %s", claim.ID, claim.State, claim.Reason)
+			}
+			// Wait until the agent made the devices real (MIG instances
+			// created and adopted).
+			for planned(claim) {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(200 * time.Millisecond):
+				}
+				if claim, err = cl.Claim(ctx, claim.ID, "", 0); err != nil {
+					return err
+				}
+				if timeout > 0 && time.Now().After(deadline) {
+					return fmt.Errorf("claim %s: the node has not created its devices after %s", claim.ID, timeout)
+				}
+			}
+			a := claim.Allocation
+			if n := a.Devices[0].Node; n != hostName() && node == "" {
+				return fmt.Errorf("claim %s was placed on node %s, not this host (%s): run there, or pass --node", claim.ID, n, hostName())
+			}
+			fmt.Fprintf(e.errOut, "gpuslice: %s allocated: %s\n", claim.ID, devicesText(claim))
+			child := exec.Command(args[0], args[1:]...)
+			child.Stdin, child.Stdout, child.Stderr = os.Stdin, e.out, e.errOut
+			child.Env = os.Environ()
+			for _, k := range sortedKeys(a.Env) {
+				child.Env = append(child.Env, k+"="+a.Env[k])
+			}
+			if err := child.Start(); err != nil {
+				return err
+			}
+			_ = cl.Do(ctx, http.MethodPost, "/v1/claims/"+claim.ID+"/running", nil, nil)
+			done := make(chan error, 1)
+			go func() { done <- child.Wait() }()
+			select {
+			case err = <-done:
+			case <-ctx.Done():
+				_ = child.Process.Signal(os.Interrupt)
+				select {
+				case err = <-done:
+				case <-time.After(10 * time.Second):
+					_ = child.Process.Kill()
+					err = <-done
+				}
+			}
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return &ExitError{Code: ee.ExitCode()}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&memory, "memory", "", "GPU memory, e.g. 10GiB (default: an equal share of the device)")
+	f.IntVar(&compute, "compute", 0, "percent of a GPU's SMs (MPS enforces it)")
+	f.StringVar(&mode, "mode", "auto", "auto, exclusive, timeslice, mps or mig")
+	f.StringVar(&profile, "profile", "", "a MIG profile such as 1g.10gb")
+	f.StringVar(&isolation, "isolation", "", "none, tenant (default) or hardware")
+	f.StringVar(&workload, "workload", "", "inference, interactive, batch or training (guides auto)")
+	f.StringVar(&tenant, "tenant", "default", "tenant (admin tokens only; tenant tokens use their own)")
+	f.StringVar(&node, "node", "", "run on this node (default: this host when it is a node)")
+	f.StringVar(&policy, "memory-policy", "warn", "when a process exceeds its memory: warn or kill")
+	f.IntVar(&priority, "priority", 0, "higher goes first in the queue")
+	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0 = wait)")
+	return cmd
+}
+
+func planned(c api.Claim) bool {
+	if c.Allocation == nil {
+		return false
+	}
+	for _, d := range c.Allocation.Devices {
+		if alloc.IsPlanned(d.Device) {
+			return true
+		}
+	}
+	return false
+}
+
+func agentCmd(e *env, c *conn) *cobra.Command {
+	var name, simulate string
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run a node agent that joins a gpuslice server (an agent token)",
+		Example: "  gpuslice agent --server https://gpus.example:7777 --token gs_a_…",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log := slog.New(slog.NewTextHandler(e.errOut, nil))
+			dev, why, err := openDevice(simulate, log)
+			if err != nil {
+				return err
+			}
+			log.Info(why)
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			a, err := agent.New(agent.Config{Name: name, Client: cl, Device: dev, Log: log, Interval: interval})
+			if err != nil {
+				return err
+			}
+			log.Info("agent joining", "server", c.server, "node", name)
+			if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", hostName(), "node name")
+	cmd.Flags().StringVar(&simulate, "simulate", "", "simulate GPUs: a preset or a YAML file")
+	cmd.Flags().DurationVar(&interval, "interval", 5*time.Second, "heartbeat interval")
+	return cmd
+}

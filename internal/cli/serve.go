@@ -1,0 +1,258 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuslice/gpuslice/internal/agent"
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/server"
+	"github.com/gpuslice/gpuslice/internal/state"
+)
+
+// defaultDataDir is where serve keeps its database and tokens.
+func defaultDataDir() string {
+	if d := os.Getenv("GPUSLICE_DATA_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "gpuslice")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ".gpuslice"
+	}
+	return filepath.Join(home, ".local", "share", "gpuslice")
+}
+
+func hostName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "localhost"
+	}
+	return strings.ToLower(strings.SplitN(h, ".", 2)[0])
+}
+
+// openDevice picks the device layer: the simulated machine named by
+// simulate (a preset or a YAML file). The NVML backend is not built yet,
+// so without --simulate a host gets the dgx-a100 simulation and is told so.
+func openDevice(simulate string, log *slog.Logger) (gpu.Device, string, error) {
+	name := simulate
+	if name == "" {
+		name = "dgx-a100"
+	}
+	var spec fake.MachineSpec
+	var err error
+	if data, rerr := os.ReadFile(name); rerr == nil {
+		spec, err = fake.LoadSpec(name, data)
+	} else {
+		spec, err = fake.Preset(name)
+		if err != nil {
+			err = fmt.Errorf("--simulate %q is neither a file nor a preset (%s): %w", name, strings.Join(fake.Presets(), ", "), err)
+		}
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	m, err := fake.New(spec, fake.WithSeed(seedOf(hostName())))
+	if err != nil {
+		return nil, "", err
+	}
+	why := "simulated GPUs (" + name + ")"
+	if simulate == "" {
+		why = "no NVIDIA driver found: running on simulated GPUs (dgx-a100); pass --simulate PRESET|FILE to choose"
+	}
+	return m, why, nil
+}
+
+func seedOf(s string) int64 {
+	var h int64
+	for _, r := range s {
+		h = h*31 + int64(r)
+	}
+	return h
+}
+
+// handlerTransport sends requests straight to an in-process handler: the
+// local agent of serve talks to its server without a network hop.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	return rec.Result(), nil
+}
+
+func serveCmd(e *env) *cobra.Command {
+	var listen, dataDir, storeKind, simulate, nodeName, tlsCert, tlsKey, placement string
+	var nodeTimeout time.Duration
+	var noAgent, modeSwitch bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the control plane with an embedded store and a local node agent",
+		Long: `Runs the API, the scheduler and a local node agent in one process. Defaults work
+on a fresh machine: it listens on 127.0.0.1:7777, keeps a SQLite database (WAL) in the
+data directory, and on first start creates an admin token, written to
+<data-dir>/admin.token (mode 0600) and printed once, and a tenant named "default".
+Without an NVIDIA driver it runs on simulated GPUs and says so.`,
+		Example: "  gpuslice serve\n  gpuslice serve --simulate dgx-h100 --listen 0.0.0.0:7777 --tls-cert c.pem --tls-key k.pem",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log := slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			dev, why, err := openDevice(simulate, log)
+			if err != nil {
+				return err
+			}
+			log.Info(why)
+			if err := os.MkdirAll(dataDir, 0o700); err != nil {
+				return fmt.Errorf("data directory: %w", err)
+			}
+			var store state.Store
+			switch storeKind {
+			case "sqlite":
+				db, err := state.OpenSQLite(filepath.Join(dataDir, "gpuslice.db"), state.SQLiteOptions{})
+				if err != nil {
+					return err
+				}
+				store = db
+			case "memory":
+				store = state.NewMemory()
+			default:
+				return fmt.Errorf("--store %q: want sqlite or memory", storeKind)
+			}
+			defer store.Close()
+			policy := alloc.Policy{Placement: placement, AllowModeSwitch: modeSwitch}
+			if !cmd.Flags().Changed("allow-mode-switch") {
+				policy.AllowModeSwitch = dev.Info().Simulated // harmless on simulated GPUs
+			}
+			srv, err := server.New(ctx, server.Config{Store: store, Log: log, NodeTimeout: nodeTimeout,
+				Simulated: dev.Info().Simulated, Policy: policy})
+			if err != nil {
+				return err
+			}
+			if err := bootstrap(ctx, e, srv, store, dataDir); err != nil {
+				return err
+			}
+			srv.Run(ctx)
+			hs := srv.NewHTTPServer(listen)
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			scheme := "http"
+			go func() {
+				var err error
+				if tlsCert != "" || tlsKey != "" {
+					err = hs.ServeTLS(ln, tlsCert, tlsKey)
+				} else {
+					err = hs.Serve(ln)
+				}
+				if err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("http server", "err", err)
+					stop()
+				}
+			}()
+			if tlsCert != "" {
+				scheme = "https"
+			}
+			log.Info("gpuslice serving", "url", scheme+"://"+ln.Addr().String(), "data", dataDir, "store", storeKind)
+			if !noAgent {
+				tok, err := agentToken(ctx, srv, store, dataDir)
+				if err != nil {
+					return err
+				}
+				c, err := client.New("http://in-process", tok, &http.Client{Transport: handlerTransport{srv.Handler()}})
+				if err != nil {
+					return err
+				}
+				a, err := agent.New(agent.Config{Name: nodeName, Client: c, Device: dev, Log: log.With("agent", nodeName), Interval: 2 * time.Second})
+				if err != nil {
+					return err
+				}
+				go func() { _ = a.Run(ctx) }()
+			}
+			<-ctx.Done()
+			shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return hs.Shutdown(shut)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7777", "address to listen on")
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where the database and tokens live")
+	cmd.Flags().StringVar(&storeKind, "store", "sqlite", "sqlite (durable) or memory")
+	cmd.Flags().StringVar(&simulate, "simulate", "", "simulate GPUs: a preset ("+strings.Join(fake.Presets(), ", ")+") or a YAML file")
+	cmd.Flags().StringVar(&nodeName, "node", hostName(), "name of the local node")
+	cmd.Flags().StringVar(&tlsCert, "tls-cert", "", "serve HTTPS with this certificate")
+	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "and this key")
+	cmd.Flags().StringVar(&placement, "placement", "binpack", "binpack or spread")
+	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 30*time.Second, "mark a node lost after this long without a heartbeat")
+	cmd.Flags().BoolVar(&noAgent, "no-agent", false, "run no local node agent (nodes join with gpuslice agent)")
+	cmd.Flags().BoolVar(&modeSwitch, "allow-mode-switch", false, "let the allocator turn MIG on or off on idle GPUs (resets them; default: on for simulated GPUs only)")
+	return cmd
+}
+
+// bootstrap creates the admin token and the default tenant on first start.
+func bootstrap(ctx context.Context, e *env, srv *server.Server, store state.Store, dataDir string) error {
+	has, err := srv.HasAdminToken(ctx)
+	if err != nil {
+		return err
+	}
+	if !has {
+		tok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(dataDir, "admin.token")
+		if err := os.WriteFile(path, []byte(tok.Secret+"\n"), 0o600); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		fmt.Fprintf(e.errOut, "admin token (shown once; also in %s):\n  %s\n", path, tok.Secret)
+	}
+	return store.Update(ctx, func(tx state.Tx) error {
+		if _, err := tx.GetTenant("default"); err == nil {
+			return nil
+		}
+		return tx.PutTenant(api.Tenant{Name: "default", Created: time.Now()})
+	})
+}
+
+// agentToken reads or makes the local agent's token.
+func agentToken(ctx context.Context, srv *server.Server, store state.Store, dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "agent.token")
+	if b, err := os.ReadFile(path); err == nil {
+		secret := strings.TrimSpace(string(b))
+		ok := false
+		_ = store.View(ctx, func(tx state.Tx) error {
+			_, err := tx.TokenByHash(server.HashToken(secret))
+			ok = err == nil
+			return nil
+		})
+		if ok {
+			return secret, nil
+		}
+	}
+	tok, err := srv.CreateToken(ctx, api.RoleAgent, "")
+	if err != nil {
+		return "", err
+	}
+	return tok.Secret, os.WriteFile(path, []byte(tok.Secret+"\n"), 0o600)
+}
