@@ -170,8 +170,8 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 	var name, simulate string
 	var interval time.Duration
 	cmd := &cobra.Command{
-		Use:   "agent",
-		Short: "Run a node agent that joins a gpuslice server (an agent token)",
+		Use:     "agent",
+		Short:   "Run a node agent that joins a gpuslice server (an agent token)",
 		Example: "  gpuslice agent --server https://gpus.example:7777 --token gs_a_…",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
