@@ -18,6 +18,15 @@ fi
 echo "== go vet"
 go vet ./...
 
+echo "== control plane (etcd + kube-apiserver v1.36.3 from the Go module proxy; built once into ~/.cache/gpuslice)"
+# The render integration tests validate every rendered Kubernetes object
+# against a real kube-apiserver. The first build takes 10-30 minutes on 2
+# cores; later runs reuse the cache. GPUSLICE_SKIP_APISERVER=1 skips them.
+if [ "${GPUSLICE_SKIP_APISERVER:-}" != 1 ]; then
+  scripts/controlplane.sh >/dev/null
+  export GPUSLICE_REQUIRE_APISERVER=1
+fi
+
 echo "== go test"
 go test -count=1 ./...
 

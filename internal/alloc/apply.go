@@ -78,6 +78,14 @@ func (s *State) apply(a *Allocation, withChanges bool) (func(), error) {
 		if !ok || di < 0 || !s.devs[di].alive {
 			return fail(fmt.Errorf("device %s does not exist", as.Device))
 		}
+		if d := &s.devs[di]; d.idle() && d.sharing.Mode == Dynamic && (as.Mode == TimeSlice || as.Mode == MPS) {
+			// A device the fleet reports as dynamic takes the mode of its
+			// first claim with the policy's defaults, as the allocator
+			// configured it (agents do not report sharing).
+			old := d.sharing
+			d.sharing = s.shareFor(as.Mode, d.compute, old)
+			log = append(log, func() { s.devs[di].sharing = old })
+		}
 		if err := s.checkUse(di, a, as); err != nil {
 			return fail(fmt.Errorf("device %s: %w", as.Device, err))
 		}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
@@ -26,6 +27,9 @@ func (e *env) render(t *table, v any) error { return render(e.out, e.format, t, 
 // New builds the gpuslice command tree writing to out and errOut.
 func New(out, errOut io.Writer) *cobra.Command {
 	e := &env{out: out, errOut: errOut, catalog: catalog.Default()}
+	// compose-go logs its own warnings through logrus; gpuslice reports
+	// problems itself, with positions, so keep only logrus errors.
+	logrus.SetLevel(logrus.ErrorLevel)
 	root := &cobra.Command{
 		Use:   "gpuslice",
 		Short: "Share GPUs safely: time-slicing, MPS and MIG behind one request model",

@@ -1,0 +1,63 @@
+package apitest_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
+	"github.com/gpuslice/gpuslice/internal/plan"
+	"github.com/gpuslice/gpuslice/internal/render"
+	"github.com/gpuslice/gpuslice/internal/spec"
+)
+
+// Every Kubernetes object gpuslice renders is accepted by a real
+// kube-apiserver (server-side dry-run, strict field validation), for every
+// example and seed input.
+func TestRenderedObjectsPassDryRun(t *testing.T) {
+	srv := apitest.Start(t)
+	inputs := []string{"../../../examples/gpuslice.yaml", "../../../examples/compose-timeslicing.yaml", "../../../examples/compose-mig.yaml"}
+	for _, in := range inputs {
+		data, err := os.ReadFile(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, diags := spec.Read(filepath.Base(in), data, "")
+		if err := diags.Err(); err != nil {
+			t.Fatal(err)
+		}
+		p, err := plan.Make(s, plan.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// mig-parted is not a Kubernetes object; the others are.
+		for _, target := range []string{"dra", "kubernetes", "karpenter", "nvidia-device-plugin"} {
+			out, err := render.Render(target, s, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.TrimSpace(stripComments(string(out))) == "" {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			errs := srv.DryRun(ctx, out)
+			cancel()
+			for _, e := range errs {
+				t.Errorf("%s --target %s: %v", filepath.Base(in), target, e)
+			}
+		}
+	}
+}
+
+func stripComments(s string) string {
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") && strings.TrimSpace(l) != "---" {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
