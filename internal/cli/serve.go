@@ -227,12 +227,7 @@ func bootstrap(ctx context.Context, e *env, srv *server.Server, store state.Stor
 		}
 		fmt.Fprintf(e.errOut, "admin token (shown once; also in %s):\n  %s\n", path, tok.Secret)
 	}
-	return store.Update(ctx, func(tx state.Tx) error {
-		if _, err := tx.GetTenant("default"); err == nil {
-			return nil
-		}
-		return tx.PutTenant(api.Tenant{Name: "default", Created: time.Now()})
-	})
+	return srv.EnsureTenant(ctx, "default")
 }
 
 // agentToken reads or makes the local agent's token.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"regexp"
@@ -70,6 +71,9 @@ func (srv *Server) putTenant(w http.ResponseWriter, r *http.Request, p principal
 		writeError(w, err)
 		return
 	}
+	srv.cache.mu.Lock()
+	srv.cache.tenants[name] = t
+	srv.cache.mu.Unlock()
 	writeJSON(w, http.StatusOK, t)
 }
 
@@ -104,6 +108,9 @@ func (srv *Server) deleteTenant(w http.ResponseWriter, r *http.Request, p princi
 		writeError(w, err)
 		return
 	}
+	srv.cache.mu.Lock()
+	delete(srv.cache.tenants, name)
+	srv.cache.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -169,5 +176,31 @@ func (srv *Server) deleteToken(w http.ResponseWriter, r *http.Request, p princip
 		writeError(w, err)
 		return
 	}
+	srv.cache.mu.Lock()
+	for h, t := range srv.cache.tokens {
+		if t.ID == r.PathValue("id") {
+			delete(srv.cache.tokens, h)
+		}
+	}
+	srv.cache.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// EnsureTenant creates a tenant without quotas unless it exists.
+func (srv *Server) EnsureTenant(ctx context.Context, name string) error {
+	t := api.Tenant{Name: name, Created: srv.cfg.Clock()}
+	err := srv.store.Update(ctx, func(tx state.Tx) error {
+		if old, err := tx.GetTenant(name); err == nil {
+			t = old
+			return nil
+		}
+		return tx.PutTenant(t)
+	})
+	if err != nil {
+		return err
+	}
+	srv.cache.mu.Lock()
+	srv.cache.tenants[name] = t
+	srv.cache.mu.Unlock()
+	return nil
 }

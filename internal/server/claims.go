@@ -124,14 +124,15 @@ func (srv *Server) validateClaim(r *http.Request, c *api.Claim) error {
 	default:
 		return errField("memoryPolicy", "%q: want warn or kill", c.Spec.MemoryPolicy)
 	}
+	if _, ok := srv.cache.tenant(c.Tenant); !ok {
+		return errField("tenant", "tenant %q does not exist", c.Tenant)
+	}
+	if c.Spec.Node == "" {
+		return nil
+	}
 	return srv.store.View(r.Context(), func(tx state.Tx) error {
-		if _, err := tx.GetTenant(c.Tenant); err != nil {
-			return errField("tenant", "tenant %q does not exist", c.Tenant)
-		}
-		if c.Spec.Node != "" {
-			if _, err := tx.GetNode(c.Spec.Node); err != nil {
-				return errField("node", "node %q is not registered", c.Spec.Node)
-			}
+		if _, err := tx.GetNode(c.Spec.Node); err != nil {
+			return errField("node", "node %q is not registered", c.Spec.Node)
 		}
 		return nil
 	})
@@ -140,14 +141,9 @@ func (srv *Server) validateClaim(r *http.Request, c *api.Claim) error {
 // checkQuota enforces the tenant's quota on what its live claims ask for;
 // the caller holds the scheduler lock.
 func (srv *Server) checkQuota(r *http.Request, tenant string, u tenantUse) error {
-	var t api.Tenant
-	err := srv.store.View(r.Context(), func(tx state.Tx) error {
-		var err error
-		t, err = tx.GetTenant(tenant)
-		return err
-	})
-	if err != nil {
-		return err
+	t, ok := srv.cache.tenant(tenant)
+	if !ok {
+		return errField("tenant", "tenant %q does not exist", tenant)
 	}
 	cur := srv.sched.use[tenant]
 	if t.MemoryMiB > 0 && cur.mem+u.mem > t.MemoryMiB {

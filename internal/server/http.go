@@ -52,12 +52,21 @@ func (srv *Server) authed(roles []api.Role, h handlerFunc) http.Handler {
 			writeError(w, errStatus(http.StatusUnauthorized, "missing bearer token (Authorization: Bearer <token>)"))
 			return
 		}
-		var tok api.Token
-		err := srv.store.View(r.Context(), func(tx state.Tx) error {
-			var err error
-			tok, err = tx.TokenByHash(hashToken(secret))
-			return err
-		})
+		hash := hashToken(secret)
+		tok, ok := srv.cache.token(hash)
+		var err error
+		if !ok {
+			err = srv.store.View(r.Context(), func(tx state.Tx) error {
+				var err error
+				tok, err = tx.TokenByHash(hash)
+				return err
+			})
+			if err == nil {
+				srv.cache.mu.Lock()
+				srv.cache.tokens[string(hash)] = tok
+				srv.cache.mu.Unlock()
+			}
+		}
 		if err != nil {
 			writeError(w, errStatus(http.StatusUnauthorized, "invalid token"))
 			return
@@ -105,9 +114,7 @@ func (srv *Server) logged(h http.Handler) http.Handler {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	if err := json.NewEncoder(&buf).Encode(v); err != nil {
 		http.Error(w, `{"error":"encoding the answer failed"}`, http.StatusInternalServerError)
 		return
 	}

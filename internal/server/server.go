@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -47,6 +48,47 @@ type Server struct {
 	log     *slog.Logger
 	sched   *scheduler
 	metrics *metrics
+	// cache holds tokens and tenants: the server is the store's only
+	// writer, so it keeps them current on every change it makes.
+	cache cache
+}
+
+type cache struct {
+	mu      sync.RWMutex
+	tokens  map[string]api.Token // hex(hash) -> token
+	tenants map[string]api.Tenant
+}
+
+func (c *cache) token(hash []byte) (api.Token, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	t, ok := c.tokens[string(hash)]
+	return t, ok
+}
+
+func (c *cache) tenant(name string) (api.Tenant, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	t, ok := c.tenants[name]
+	return t, ok
+}
+
+// load fills the cache from the store.
+func (srv *Server) loadCache(ctx context.Context) error {
+	return srv.store.View(ctx, func(tx state.Tx) error {
+		ts, err := tx.ListTenants()
+		if err != nil {
+			return err
+		}
+		srv.cache.mu.Lock()
+		defer srv.cache.mu.Unlock()
+		srv.cache.tenants = map[string]api.Tenant{}
+		for _, t := range ts {
+			srv.cache.tenants[t.Name] = t
+		}
+		srv.cache.tokens = map[string]api.Token{}
+		return nil
+	})
 }
 
 // New builds a server over a store and loads its state.
@@ -74,6 +116,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	srv := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, sched: newScheduler()}
 	srv.metrics = newMetrics(srv)
+	if err := srv.loadCache(ctx); err != nil {
+		return nil, err
+	}
 	if err := srv.rebuild(ctx); err != nil {
 		return nil, err
 	}
