@@ -249,6 +249,9 @@ func (m *Manager) ensure(ctx context.Context, w Daemon, rep *Report) {
 				}
 			}
 			m.running[w.Device] = adopted
+			if err := writeRecord(adopted); err != nil {
+				rep.Failed = append(rep.Failed, Failure{Device: w.Device, Err: err})
+			}
 			rep.Adopted = append(rep.Adopted, w.Device)
 			m.cfg.Log.Info("adopted MPS control daemon", "device", w.Device, "pid", pid)
 			m.configure(ctx, w, rep)
