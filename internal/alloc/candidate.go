@@ -217,17 +217,13 @@ func tenancyAllows(d *devState, tenant string, iso Isolation) bool {
 func (s *State) tryJoin(n *need, di int, ch choice, rank int) (cand, reason) {
 	d := &s.devs[di]
 	g := &s.gpus[d.gpu]
-	switch {
-	case !d.alive || d.idle():
+	if !d.alive || d.idle() {
 		return cand{}, rMode
-	case s.nodes[g.node].node.Unschedulable:
-		return cand{}, rUnschedulable
-	case !g.healthy:
-		return cand{}, rUnhealthy
-	case n.taken[di] || (n.onGPU >= 0 && d.gpu != n.onGPU) || (n.onNode >= 0 && g.node != n.onNode):
-		return cand{}, rConstraint
-	case !s.matchDevice(n.req.Selector, di):
-		return cand{}, rSelector
+	}
+	if r := s.gate(n, di); r != rOK {
+		return cand{}, r
+	}
+	switch {
 	case d.mode != ch.mode || (ch.mode != TimeSlice && ch.mode != MPS) || (ch.inMIG && !d.isMIG):
 		return cand{}, rMode
 	case n.req.Profile != "" && (!d.isMIG || !sameProfile(g, d.profile, n.req.Profile)):
@@ -246,6 +242,24 @@ func (s *State) tryJoin(n *need, di int, ch choice, rank int) (cand, reason) {
 	}
 	return cand{kind: kindJoin, mode: ch.mode, modeRank: rank, dev: di, gpu: d.gpu, profile: -1,
 		sharing: d.sharing, mem: mem, comp: comp, tier: s.tierOf(d.gpu), fit: d.memMiB - d.usedMem - mem}, rOK
+}
+
+// gate is the checks every existing device passes first: its node takes
+// work, its GPU is healthy, the claim's constraints and selector allow it.
+func (s *State) gate(n *need, di int) reason {
+	d := &s.devs[di]
+	g := &s.gpus[d.gpu]
+	switch {
+	case s.nodes[g.node].node.Unschedulable:
+		return rUnschedulable
+	case !g.healthy:
+		return rUnhealthy
+	case n.taken[di] || (n.onGPU >= 0 && d.gpu != n.onGPU) || (n.onNode >= 0 && g.node != n.onNode):
+		return rConstraint
+	case !s.matchDevice(n.req.Selector, di):
+		return rSelector
+	}
+	return rOK
 }
 
 func slotLimit(sh Sharing) int {
@@ -267,17 +281,13 @@ func sameProfile(g *gpuState, p int, name string) bool {
 func (s *State) tryOpen(n *need, di int, ch choice, rank int) (cand, reason) {
 	d := &s.devs[di]
 	g := &s.gpus[d.gpu]
-	switch {
-	case !d.alive || !d.idle():
+	if !d.alive || !d.idle() {
 		return cand{}, rMode
-	case s.nodes[g.node].node.Unschedulable:
-		return cand{}, rUnschedulable
-	case !g.healthy:
-		return cand{}, rUnhealthy
-	case n.taken[di] || (n.onGPU >= 0 && d.gpu != n.onGPU) || (n.onNode >= 0 && g.node != n.onNode):
-		return cand{}, rConstraint
-	case !s.matchDevice(n.req.Selector, di):
-		return cand{}, rSelector
+	}
+	if r := s.gate(n, di); r != rOK {
+		return cand{}, r
+	}
+	switch {
 	case !modeFits(d.sharing, ch.mode) || (ch.inMIG && !d.isMIG) || (ch.mode == Exclusive && !ch.inMIG && d.isMIG):
 		return cand{}, rMode
 	case n.req.Profile != "" && (!d.isMIG || !sameProfile(g, d.profile, n.req.Profile)):

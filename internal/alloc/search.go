@@ -175,9 +175,15 @@ func (n *need) deviceSpecific(r reason) bool {
 
 // bestSlow scans nodes for evictions and mode switches.
 func (s *State) bestSlow(n *need, nodes []int) (cand, bool) {
+	return s.scan(n, nodes, kindEvict, kindSwitch)
+}
+
+// scan tries the kinds in order over every GPU of the nodes and returns the
+// best candidate of the first kind that has any.
+func (s *State) scan(n *need, nodes []int, kinds ...kind) (cand, bool) {
 	var best cand
 	found := false
-	for _, k := range []kind{kindEvict, kindSwitch} {
+	for _, k := range kinds {
 		for _, ni := range nodes {
 			for _, gi := range s.nodes[ni].gpus {
 				for rank, ch := range n.choices {
@@ -261,23 +267,5 @@ func (s *State) gpuCandidatesWhy(n *need, gi int, ch choice, rank int, k kind) (
 // best by the same order. Constrained claims use it per node; tests hold
 // bestIndexed to it.
 func (s *State) bestScan(n *need, nodes []int) (cand, bool) {
-	var best cand
-	found := false
-	for _, k := range []kind{kindJoin, kindOpen} {
-		for _, ni := range nodes {
-			for _, gi := range s.nodes[ni].gpus {
-				for rank, ch := range n.choices {
-					for _, c := range s.gpuCandidates(n, gi, ch, rank, k) {
-						if !found || s.better(&c, &best) {
-							best, found = c, true
-						}
-					}
-				}
-			}
-		}
-		if found {
-			return best, true
-		}
-	}
-	return s.bestSlow(n, nodes)
+	return s.scan(n, nodes, kindJoin, kindOpen, kindEvict, kindSwitch)
 }
