@@ -7,8 +7,12 @@ import (
 	"log/slog"
 	"net/http"
 	"reflect"
+	"slices"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/agent/cdi"
+	"github.com/gpuslice/gpuslice/internal/agent/mps"
+	"github.com/gpuslice/gpuslice/internal/agent/watchdog"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/catalog"
@@ -25,12 +29,33 @@ type Config struct {
 	Log      *slog.Logger
 	Clock    func() time.Time
 	Interval time.Duration // heartbeat interval (default 5s)
+
+	// MPS runs one control daemon per MPS device (nil: none, e.g. on
+	// simulated GPUs).
+	MPS *mps.Manager
+	// Owner tells which claim a process belongs to when several share a
+	// device (real hosts: watchdog.EnvOwner("")).
+	Owner watchdog.PIDOwner
+	// Kill ends a process over its memory under policy kill (real hosts:
+	// SIGKILL; simulated: the fake machine's StopProcess; nil: warn only).
+	Kill func(pid int) error
+	// MemoryGrace is how long a process may stay over its memory before
+	// policy kill ends it (default 30s).
+	MemoryGrace time.Duration
+	// CDIDir receives a CDI spec per claim for container runtimes ("" =
+	// none); MIGMinors is the nvidia-caps table ("" = the default path).
+	CDIDir, MIGMinors string
 }
 
 // Agent keeps one node's GPUs in line with the server's allocations.
 type Agent struct {
-	cfg  Config
-	last alloc.Node // inventory last reported
+	cfg     Config
+	last    alloc.Node // inventory last reported
+	watch   *watchdog.Watcher
+	enforce *watchdog.Enforcer
+	// events and usage wait here until a heartbeat carries them.
+	events []api.Event
+	usage  []server.UsageSample
 }
 
 // New checks the config.
@@ -47,7 +72,16 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
 	}
-	return &Agent{cfg: cfg}, nil
+	if cfg.MemoryGrace <= 0 {
+		cfg.MemoryGrace = 30 * time.Second
+	}
+	a := &Agent{cfg: cfg, enforce: watchdog.NewEnforcer(0)}
+	ignore := func(int) bool { return false }
+	if cfg.MPS != nil {
+		ignore = func(pid int) bool { _, ok := cfg.MPS.ServerPIDs()[pid]; return ok }
+	}
+	a.watch = watchdog.New(watchdog.Config{Clock: cfg.Clock, Owner: cfg.Owner, Ignore: ignore})
+	return a, nil
 }
 
 // Inventory turns what the device layer sees into the allocator's node.
@@ -139,11 +173,12 @@ func (a *Agent) Step(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	errs = append(errs, a.node(ctx, claims, gpus)...)
 	inv, err := Inventory(a.cfg.Name, gpus)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	var hb server.HeartbeatRequest
+	hb := server.HeartbeatRequest{Events: a.events, Usage: a.usage}
 	if !reflect.DeepEqual(inv, a.last) {
 		hb.Inventory = &inv
 	}
@@ -154,6 +189,55 @@ func (a *Agent) Step(ctx context.Context) error {
 		}
 		return errors.Join(append(errs, err)...)
 	}
-	a.last = inv
+	a.last, a.events, a.usage = inv, nil, nil
 	return errors.Join(errs...)
+}
+
+// node runs the per-step duties beyond MIG layouts: MPS daemons, the
+// memory watchdog (usage and enforcement) and CDI specs.
+func (a *Agent) node(ctx context.Context, claims []api.Claim, gpus []gpu.GPU) []error {
+	var errs []error
+	now := a.cfg.Clock()
+	if a.cfg.MPS != nil {
+		want, _ := mps.Resolve(mps.WantFromClaims(claims, a.cfg.Name), gpus)
+		rep, err := a.cfg.MPS.Reconcile(ctx, want)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		a.events = append(a.events, rep.Events(claims, a.cfg.Name, now)...)
+	}
+	res := a.watch.Watch(ctx, a.cfg.Device, claims, a.cfg.Name)
+	errs = append(errs, res.Errors...)
+	a.events = append(a.events, res.Events...)
+	a.events = append(a.events, a.enforce.Enforce(ctx, res.Violations, a.cfg.Kill, a.cfg.MemoryGrace, now)...)
+	a.usage = mergeUsage(a.usage, res.Usage)
+	if a.cfg.CDIDir != "" {
+		host := cdi.Host{GPUs: gpus}
+		if m, err := cdi.ReadMIGMinors(a.cfg.MIGMinors); err == nil {
+			host.MIGMinors = m
+		}
+		if _, err := cdi.Sync(a.cfg.CDIDir, claims, a.cfg.Name, host); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n := len(a.events); n > maxPendingEvents { // server away: keep the newest
+		a.events = slices.Clone(a.events[n-maxPendingEvents:])
+	}
+	return errs
+}
+
+const maxPendingEvents = 1000
+
+func mergeUsage(pending []server.UsageSample, add []watchdog.Usage) []server.UsageSample {
+	for _, u := range add {
+		i := slices.IndexFunc(pending, func(p server.UsageSample) bool { return p.Claim == u.Claim })
+		if i < 0 {
+			pending = append(pending, server.UsageSample(u))
+			continue
+		}
+		pending[i].GPUSeconds += u.GPUSeconds
+		pending[i].MemoryMiBSeconds += u.MemoryMiBSeconds
+		pending[i].MemoryMiB = u.MemoryMiB // a gauge: the latest
+	}
+	return pending
 }

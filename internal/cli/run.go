@@ -167,7 +167,7 @@ func planned(c api.Claim) bool {
 }
 
 func agentCmd(e *env, c *conn) *cobra.Command {
-	var name, simulate string
+	var name, simulate, cdiDir string
 	var interval time.Duration
 	cmd := &cobra.Command{
 		Use:     "agent",
@@ -187,7 +187,9 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a, err := agent.New(agent.Config{Name: name, Client: cl, Device: dev, Log: log, Interval: interval})
+			acfg := agent.Config{Name: name, Client: cl, Device: dev, Log: log, Interval: interval}
+			agentDuties(&acfg, dev, log, cdiDir)
+			a, err := agent.New(acfg)
 			if err != nil {
 				return err
 			}
@@ -201,5 +203,6 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 	cmd.Flags().StringVar(&name, "name", hostName(), "node name")
 	cmd.Flags().StringVar(&simulate, "simulate", "", "simulate GPUs: a preset or a YAML file")
 	cmd.Flags().DurationVar(&interval, "interval", 5*time.Second, "heartbeat interval")
+	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
 	return cmd
 }

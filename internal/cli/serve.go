@@ -18,11 +18,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/agent"
+	"github.com/gpuslice/gpuslice/internal/agent/mps"
+	"github.com/gpuslice/gpuslice/internal/agent/watchdog"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/gpu/nvml"
 	"github.com/gpuslice/gpuslice/internal/server"
 	"github.com/gpuslice/gpuslice/internal/state"
 )
@@ -51,11 +54,21 @@ func hostName() string {
 }
 
 // openDevice picks the device layer: the simulated machine named by
-// simulate (a preset or a YAML file). The NVML backend is not built yet,
-// so without --simulate a host gets the dgx-a100 simulation and is told so.
+// --simulate (a preset or a YAML file), else the real GPUs through NVML,
+// else — no NVIDIA driver — the dgx-a100 simulation, saying so.
 func openDevice(simulate string, log *slog.Logger) (gpu.Device, string, error) {
 	name := simulate
+	noDriver := ""
 	if name == "" {
+		dev, err := nvml.Open()
+		if err == nil {
+			info := dev.Info()
+			return dev, "using the real GPUs through NVML (driver " + info.DriverVersion + ")", nil
+		}
+		if !errors.Is(err, gpu.ErrNoDriver) {
+			return nil, "", err
+		}
+		noDriver = err.Error()
 		name = "dgx-a100"
 	}
 	var spec fake.MachineSpec
@@ -77,9 +90,24 @@ func openDevice(simulate string, log *slog.Logger) (gpu.Device, string, error) {
 	}
 	why := "simulated GPUs (" + name + ")"
 	if simulate == "" {
-		why = "no NVIDIA driver found: running on simulated GPUs (dgx-a100); pass --simulate PRESET|FILE to choose"
+		why = noDriver + ": running on simulated GPUs (dgx-a100); pass --simulate PRESET|FILE to choose"
 	}
 	return m, why, nil
+}
+
+// agentDuties configures what the agent does beyond MIG layouts on this
+// device layer: on real GPUs MPS daemons, process ownership from the
+// environment and SIGKILL for policy kill; on the simulated machine its own
+// process table.
+func agentDuties(cfg *agent.Config, dev gpu.Device, log *slog.Logger, cdiDir string) {
+	cfg.CDIDir = cdiDir
+	if m, ok := dev.(*fake.Machine); ok {
+		cfg.Kill = m.StopProcess
+		return
+	}
+	cfg.MPS = mps.NewManager(mps.Config{Compute: dev, Root: alloc.MPSPipeRoot, Log: log})
+	cfg.Owner = watchdog.EnvOwner("")
+	cfg.Kill = func(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
 }
 
 func seedOf(s string) int64 {
@@ -101,7 +129,7 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func serveCmd(e *env) *cobra.Command {
-	var listen, dataDir, storeKind, simulate, nodeName, tlsCert, tlsKey, placement string
+	var listen, dataDir, storeKind, simulate, nodeName, tlsCert, tlsKey, placement, cdiDir string
 	var nodeTimeout time.Duration
 	var noAgent, modeSwitch bool
 	cmd := &cobra.Command{
@@ -184,7 +212,9 @@ Without an NVIDIA driver it runs on simulated GPUs and says so.`,
 				if err != nil {
 					return err
 				}
-				a, err := agent.New(agent.Config{Name: nodeName, Client: c, Device: dev, Log: log.With("agent", nodeName), Interval: 2 * time.Second})
+				acfg := agent.Config{Name: nodeName, Client: c, Device: dev, Log: log.With("agent", nodeName), Interval: 2 * time.Second}
+				agentDuties(&acfg, dev, log, cdiDir)
+				a, err := agent.New(acfg)
 				if err != nil {
 					return err
 				}
@@ -205,6 +235,7 @@ Without an NVIDIA driver it runs on simulated GPUs and says so.`,
 	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "and this key")
 	cmd.Flags().StringVar(&placement, "placement", "binpack", "binpack or spread")
 	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 30*time.Second, "mark a node lost after this long without a heartbeat")
+	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
 	cmd.Flags().BoolVar(&noAgent, "no-agent", false, "run no local node agent (nodes join with gpuslice agent)")
 	cmd.Flags().BoolVar(&modeSwitch, "allow-mode-switch", false, "let the allocator turn MIG on or off on idle GPUs (resets them; default: on for simulated GPUs only)")
 	return cmd

@@ -122,6 +122,7 @@ func (srv *Server) rebuild(ctx context.Context) error {
 	var f alloc.Fleet
 	f.Policy = srv.cfg.Policy
 	ready := map[string]bool{}
+	sick := map[string]bool{} // GPU uuids reported unhealthy
 	for _, n := range nodes {
 		if n.State != api.NodeReady {
 			continue
@@ -130,16 +131,32 @@ func (srv *Server) rebuild(ctx context.Context) error {
 		inv.Name = n.Name
 		f.Nodes = append(f.Nodes, inv)
 		ready[n.Name] = true
+		for _, g := range inv.GPUs {
+			if !g.Healthy {
+				sick[g.UUID] = true
+			}
+		}
 	}
 	st, err := alloc.NewState(f, nil, alloc.Options{})
 	if err != nil {
 		return fmt.Errorf("building the fleet from agent inventories: %w", err)
 	}
-	var requeue []api.Claim
+	var requeue, failed []api.Claim
 	for _, c := range live {
 		a := c.Allocation
 		if a == nil || !onReadyNodes(a, ready) {
 			requeue = append(requeue, c)
+			continue
+		}
+		if gpu := onSickGPU(a, sick); gpu != "" {
+			// A running claim's process met the fault: it fails. One that
+			// was only reserved goes back to the queue.
+			if c.State == api.Running {
+				c.State, c.Reason = api.Failed, "GPU "+gpu+" became unhealthy while it ran"
+				failed = append(failed, c)
+			} else {
+				requeue = append(requeue, c)
+			}
 			continue
 		}
 		rest := *a
@@ -162,8 +179,18 @@ func (srv *Server) rebuild(ctx context.Context) error {
 		srv.sched.addUse(live[i].Tenant, asks(&live[i].Spec), 1)
 	}
 	srv.sched.mu.Unlock()
+	if len(failed) > 0 {
+		if err := srv.commitClaims(ctx, failed, "failed"); err != nil {
+			return err
+		}
+		srv.sched.mu.Lock()
+		for _, c := range failed {
+			srv.sched.addUse(c.Tenant, asks(&c.Spec), -1)
+		}
+		srv.sched.mu.Unlock()
+	}
 	for _, c := range requeue {
-		c.State, c.Allocation, c.Reason = api.Pending, nil, "re-queued: its node was lost or changed"
+		c.State, c.Allocation, c.Reason = api.Pending, nil, "re-queued: its node was lost or its GPU became unhealthy"
 		if err := srv.commitClaims(ctx, []api.Claim{c}, "requeued"); err != nil {
 			return err
 		}
@@ -178,6 +205,16 @@ func (srv *Server) rebuild(ctx context.Context) error {
 	srv.sched.mu.Unlock()
 	srv.sched.poke()
 	return nil
+}
+
+// onSickGPU returns the first unhealthy GPU an allocation uses, or "".
+func onSickGPU(a *alloc.Allocation, sick map[string]bool) string {
+	for _, d := range a.Devices {
+		if sick[d.GPU] {
+			return d.GPU
+		}
+	}
+	return ""
 }
 
 func onReadyNodes(a *alloc.Allocation, ready map[string]bool) bool {

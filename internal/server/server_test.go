@@ -138,7 +138,8 @@ func (h *harness) node(name, preset string) (*agent.Agent, *fake.Machine) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{Name: name, Client: c, Device: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	a, err := agent.New(agent.Config{Name: name, Client: c, Device: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Clock: h.clock, Kill: m.StopProcess, MemoryGrace: 10 * time.Second})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -1,0 +1,435 @@
+//go:build cgo
+
+package nvml
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+)
+
+// config is what the options set.
+type config struct {
+	lib  gonvml.Interface
+	path string
+	now  func() time.Time
+	poll time.Duration
+}
+
+// WithInterface makes Open use lib instead of go-nvml's real library: a
+// go-nvml mock in tests.
+func WithInterface(lib gonvml.Interface) Option {
+	return func(c *config) { c.lib = lib }
+}
+
+// Device is a gpu.Device over NVML. Open it, Close it when done.
+type Device struct {
+	lib    gonvml.Interface
+	now    func() time.Time
+	poll   time.Duration
+	driver string
+
+	mu     sync.Mutex // serialises NVML calls and guards the fields below
+	gpus   []*gpuDev
+	closed bool
+
+	done     chan struct{}  // closed by Close
+	watchers sync.WaitGroup // the Events goroutines
+}
+
+var _ gpu.Device = (*Device)(nil)
+
+// gpuDev is one GPU as Open found it.
+type gpuDev struct {
+	index  int
+	h      gonvml.Device
+	uuid   string
+	name   string
+	model  *catalog.GPU // nil when the catalog does not know it
+	memMiB int64
+
+	// guarded by Device.mu
+	healthy bool
+	lost    error          // why the GPU is unusable, nil when it is fine
+	fell    bool           // lost because NVML said ERROR_GPU_IS_LOST
+	table   []profileEntry // the GPU-instance profiles, read once MIG is on
+}
+
+// mib is a mebibyte.
+const mib = 1 << 20
+
+// Open initialises NVML and enumerates the GPUs. Without the NVIDIA
+// library or kernel driver it fails with an error wrapping gpu.ErrNoDriver;
+// it never panics.
+func Open(opts ...Option) (*Device, error) {
+	cfg := config{now: time.Now, poll: defaultPoll}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	lib := cfg.lib
+	if lib == nil {
+		if cfg.path != "" {
+			lib = gonvml.New(gonvml.WithLibraryPath(cfg.path))
+		} else {
+			lib = gonvml.New()
+		}
+	}
+	if err := initialise(lib); err != nil {
+		return nil, err
+	}
+	d := &Device{lib: lib, now: cfg.now, poll: cfg.poll, done: make(chan struct{})}
+	if err := d.enumerate(); err != nil {
+		func() {
+			defer func() { _ = recover() }() // best effort
+			lib.Shutdown()
+		}()
+		return nil, err
+	}
+	return d, nil
+}
+
+// initialise calls nvml.Init, turning its failures (and panics) into
+// errors; those that mean there is no usable driver wrap gpu.ErrNoDriver.
+func initialise(lib gonvml.Interface) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w (initialising NVML panicked: %v): use --simulate", gpu.ErrNoDriver, r)
+		}
+	}()
+	switch ret := lib.Init(); ret {
+	case gonvml.SUCCESS:
+		return nil
+	case gonvml.ERROR_LIBRARY_NOT_FOUND:
+		return fmt.Errorf("%w %s", gpu.ErrNoDriver, noDriverHint)
+	case gonvml.ERROR_DRIVER_NOT_LOADED:
+		return fmt.Errorf("%w (the NVIDIA kernel driver is not loaded: %w): use --simulate", gpu.ErrNoDriver, ret)
+	case gonvml.ERROR_LIB_RM_VERSION_MISMATCH:
+		return fmt.Errorf("%w (libnvidia-ml does not match the loaded kernel driver, reboot after a driver upgrade: %w): use --simulate", gpu.ErrNoDriver, ret)
+	case gonvml.ERROR_NO_PERMISSION:
+		return fmt.Errorf("nvml: initialising NVML: no permission to use the GPUs: %w", ret)
+	default:
+		return fmt.Errorf("nvml: initialising NVML: %w", ret)
+	}
+}
+
+// enumerate reads the GPUs' identities, which do not change while NVML is
+// initialised. A GPU NVML cannot talk to is kept as lost: it is left out of
+// GPUs and calls naming it fail with gpu.ErrNotFound.
+func (d *Device) enumerate() (err error) {
+	defer guard(&err, "enumerating GPUs")
+	if v, ret := d.lib.SystemGetDriverVersion(); ok(ret) {
+		d.driver = v
+	}
+	n, ret := d.lib.DeviceGetCount()
+	if !ok(ret) {
+		return fail(ret, "counting GPUs", nil)
+	}
+	cat := catalog.Default()
+	for i := range n {
+		g := &gpuDev{index: i, healthy: true}
+		d.gpus = append(d.gpus, g)
+		h, ret := d.lib.DeviceGetHandleByIndex(i)
+		if !ok(ret) {
+			g.healthy, g.lost = false, fail(ret, fmt.Sprintf("GPU %d: getting its handle", i), nil)
+			continue
+		}
+		g.h = h
+		if g.uuid, ret = h.GetUUID(); !ok(ret) {
+			g.healthy, g.lost = false, fail(ret, fmt.Sprintf("GPU %d: reading its uuid", i), nil)
+			continue
+		}
+		if g.name, ret = h.GetName(); !ok(ret) {
+			return fail(ret, fmt.Sprintf("GPU %d (%s): reading its name", i, g.uuid), nil)
+		}
+		var pciID uint32
+		if pci, ret := h.GetPciInfo(); ok(ret) {
+			pciID = pci.PciDeviceId
+		}
+		g.model = resolveModel(cat, g.name, pciID)
+		mem, ret := h.GetMemoryInfo()
+		if !ok(ret) {
+			return fail(ret, fmt.Sprintf("GPU %d (%s): reading its memory", i, g.uuid), nil)
+		}
+		g.memMiB = int64(mem.Total / mib)
+	}
+	return nil
+}
+
+// Close stops the event watchers and shuts NVML down. Later calls on d
+// fail with ErrClosed; closing twice is a no-op.
+func (d *Device) Close() (err error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	close(d.done)
+	d.mu.Unlock()
+	d.watchers.Wait() // no event wait may outlive the library
+	defer guard(&err, "shutting down")
+	if ret := d.lib.Shutdown(); !ok(ret) {
+		return fail(ret, "shutting down", nil)
+	}
+	return nil
+}
+
+// Info reports the NVML backend and the driver version.
+func (d *Device) Info() gpu.BackendInfo {
+	return gpu.BackendInfo{Backend: Backend, DriverVersion: d.driver}
+}
+
+// usable checks the context and that d is open. d.mu must be held.
+func (d *Device) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// gpu returns the GPU at index. d.mu must be held.
+func (d *Device) gpu(index int) (*gpuDev, error) {
+	if index < 0 || index >= len(d.gpus) {
+		return nil, fmt.Errorf("nvml: GPU %d: %w (%d GPUs)", index, gpu.ErrNotFound, len(d.gpus))
+	}
+	g := d.gpus[index]
+	if g.lost != nil {
+		return nil, fmt.Errorf("nvml: GPU %d is unusable: %w: %w", index, gpu.ErrNotFound, g.lost)
+	}
+	return g, nil
+}
+
+// lose marks a GPU lost when ret says it fell off the bus. d.mu must be
+// held.
+func (g *gpuDev) lose(ret gonvml.Return, err error) error {
+	if ret == gonvml.ERROR_GPU_IS_LOST {
+		g.healthy = false
+		g.lost = err
+		g.fell = true
+	}
+	return err
+}
+
+// label names a GPU in errors: "GPU 0 (A100-40GB)".
+func (g *gpuDev) label() string {
+	if g.model != nil {
+		return fmt.Sprintf("GPU %d (%s)", g.index, g.model.ID)
+	}
+	return fmt.Sprintf("GPU %d (%s)", g.index, g.name)
+}
+
+// migMode reads a GPU's MIG mode: capable is false when NVML does not
+// support MIG on it.
+func (g *gpuDev) migMode() (capable, current, pending bool, err error) {
+	cur, pend, ret := g.h.GetMigMode()
+	switch {
+	case ok(ret):
+		return true, cur == gonvml.DEVICE_MIG_ENABLE, pend == gonvml.DEVICE_MIG_ENABLE, nil
+	case ret == gonvml.ERROR_NOT_SUPPORTED:
+		return false, false, false, nil
+	}
+	return false, false, false, g.lose(ret, fail(ret, g.label()+": reading MIG mode", migCodes))
+}
+
+// GPUs lists the GPUs NVML can talk to, in index order, with their MIG
+// instances ordered by start slice. A GPU that falls off the bus is left
+// out from then on.
+func (d *Device) GPUs(ctx context.Context) (out []gpu.GPU, err error) {
+	defer guard(&err, "listing GPUs")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	out = make([]gpu.GPU, 0, len(d.gpus))
+	for _, g := range d.gpus {
+		if g.lost != nil {
+			continue
+		}
+		x, err := d.describe(g)
+		if err != nil {
+			if g.lost != nil {
+				continue
+			}
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// describe reads one GPU. d.mu must be held.
+func (d *Device) describe(g *gpuDev) (gpu.GPU, error) {
+	x := gpu.GPU{
+		Index:     g.index,
+		UUID:      g.uuid,
+		Name:      g.name,
+		MemoryMiB: g.memMiB,
+		Healthy:   g.healthy,
+	}
+	if g.model != nil {
+		x.Model = g.model.ID
+	}
+	capable, current, _, err := g.migMode()
+	if err != nil {
+		return gpu.GPU{}, err
+	}
+	x.MIGCapable, x.MIGEnabled = capable, current
+	mode, ret := g.h.GetComputeMode()
+	switch {
+	case ok(ret):
+		x.ComputeMode = gpu.ComputeMode(mode)
+	case ret != gonvml.ERROR_NOT_SUPPORTED:
+		return gpu.GPU{}, g.lose(ret, fail(ret, g.label()+": reading compute mode", nil))
+	}
+	if current {
+		ins, err := g.instances()
+		if err != nil {
+			return gpu.GPU{}, err
+		}
+		for _, in := range ins {
+			x.Instances = append(x.Instances, in.Instance)
+		}
+	}
+	return x, nil
+}
+
+// SetComputeMode sets a whole GPU's compute mode.
+func (d *Device) SetComputeMode(ctx context.Context, index int, mode gpu.ComputeMode) (err error) {
+	defer guard(&err, fmt.Sprintf("GPU %d: setting compute mode", index))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.usable(ctx); err != nil {
+		return err
+	}
+	g, err := d.gpu(index)
+	if err != nil {
+		return err
+	}
+	switch mode {
+	case gpu.ComputeDefault, gpu.ComputeExclusiveProcess, gpu.ComputeProhibited:
+	default:
+		return fmt.Errorf("nvml: %s: unknown compute mode %d", g.label(), mode)
+	}
+	if ret := g.h.SetComputeMode(gonvml.ComputeMode(mode)); !ok(ret) {
+		return g.lose(ret, fail(ret, fmt.Sprintf("%s: setting compute mode %d", g.label(), mode), unsupportedCodes))
+	}
+	return nil
+}
+
+// target is a device a uuid names: a GPU, or one of its MIG devices.
+type target struct {
+	g   *gpuDev
+	h   gonvml.Device // the GPU's handle or the MIG device's
+	mig bool
+}
+
+// resolve finds the GPU or MIG device with uuid. d.mu must be held.
+func (d *Device) resolve(uuid string) (target, error) {
+	for _, g := range d.gpus {
+		if g.lost == nil && g.uuid == uuid {
+			return target{g: g, h: g.h}, nil
+		}
+	}
+	for _, g := range d.gpus {
+		if g.lost != nil {
+			continue
+		}
+		capable, current, _, err := g.migMode()
+		if err != nil {
+			return target{}, err
+		}
+		if !capable || !current {
+			continue
+		}
+		migs, err := g.migDevices()
+		if err != nil {
+			return target{}, err
+		}
+		for _, m := range migs {
+			if m.uuid == uuid {
+				return target{g: g, h: m.h, mig: true}, nil
+			}
+		}
+	}
+	return target{}, fmt.Errorf("nvml: device %q: %w", uuid, gpu.ErrNotFound)
+}
+
+// Processes lists the compute processes on a GPU or a MIG device. Memory
+// NVML cannot attribute (a MIG parent's view without privileges) reads 0.
+func (d *Device) Processes(ctx context.Context, uuid string) (out []gpu.Process, err error) {
+	defer guard(&err, fmt.Sprintf("listing processes on %s", uuid))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.usable(ctx); err != nil {
+		return nil, err
+	}
+	t, err := d.resolve(uuid)
+	if err != nil {
+		return nil, err
+	}
+	return t.processes()
+}
+
+// processes lists the compute processes on a target.
+func (t target) processes() ([]gpu.Process, error) {
+	ps, ret := t.h.GetComputeRunningProcesses()
+	if !ok(ret) {
+		return nil, t.g.lose(ret, fail(ret, fmt.Sprintf("%s: listing processes", t.g.label()), unsupportedCodes))
+	}
+	out := make([]gpu.Process, 0, len(ps))
+	for _, p := range ps {
+		var used int64
+		if p.UsedGpuMemory != ^uint64(0) { // NVML_VALUE_NOT_AVAILABLE
+			used = int64(p.UsedGpuMemory / mib)
+		}
+		out = append(out, gpu.Process{PID: int(p.Pid), MemoryMiB: used})
+	}
+	slices.SortFunc(out, func(a, b gpu.Process) int { return a.PID - b.PID })
+	return out, nil
+}
+
+// Utilization samples a GPU: SMPercent is NVML's GPU utilization and
+// MemoryPercent the share of its memory in use (like gpu/fake's, not
+// NVML's memory-controller activity). NVML cannot sample a MIG device or
+// a GPU in MIG mode: those fail with an error wrapping
+// errors.ErrUnsupported.
+func (d *Device) Utilization(ctx context.Context, uuid string) (u gpu.Utilization, err error) {
+	defer guard(&err, fmt.Sprintf("sampling %s", uuid))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.usable(ctx); err != nil {
+		return gpu.Utilization{}, err
+	}
+	t, err := d.resolve(uuid)
+	if err != nil {
+		return gpu.Utilization{}, err
+	}
+	if t.mig {
+		return gpu.Utilization{}, fmt.Errorf("nvml: %s: MIG device %s: NVML cannot sample utilization in MIG mode: %w", t.g.label(), uuid, errors.ErrUnsupported)
+	}
+	r, ret := t.h.GetUtilizationRates()
+	if !ok(ret) {
+		return gpu.Utilization{}, t.g.lose(ret, fail(ret, t.g.label()+": sampling utilization", unsupportedCodes))
+	}
+	mem, ret := t.h.GetMemoryInfo()
+	if !ok(ret) {
+		return gpu.Utilization{}, t.g.lose(ret, fail(ret, t.g.label()+": reading memory use", nil))
+	}
+	u = gpu.Utilization{SMPercent: int(min(r.Gpu, 100)), Time: d.now()}
+	if mem.Total > 0 {
+		u.MemoryPercent = int(min(mem.Used*100/mem.Total, 100))
+	}
+	return u, nil
+}

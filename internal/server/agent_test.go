@@ -1,0 +1,151 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/server"
+)
+
+// Time-slicing has no memory isolation: the agent's watchdog compares a
+// claim's processes with its promise and, under policy kill, ends them
+// after the grace period; events and usage reach the server.
+func TestWatchdogKillsOverLimitProcess(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	ag, m := h.node("host-a", "t4")
+	req := gpuReq(4000, alloc.TimeSlice)
+	req.MemoryPolicy = "kill"
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", req, 201, &c)
+	ctx := context.Background()
+	if err := ag.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dev := c.Allocation.Devices[0].Device
+	if err := m.StartProcess(dev, 4242, 9000); err != nil { // 9000 MiB > 4000 promised
+		t.Fatal(err)
+	}
+	if err := ag.Step(ctx); err != nil { // over the limit: a warning, the grace period starts
+		t.Fatal(err)
+	}
+	if ps, _ := m.Processes(ctx, dev); len(ps) != 1 {
+		t.Fatalf("killed before the grace period: %v", ps)
+	}
+	h.advance(11 * time.Second)
+	if err := ag.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := m.Processes(ctx, dev); len(ps) != 0 {
+		t.Fatalf("still running after the grace period: %v", ps)
+	}
+	if err := ag.Step(ctx); err != nil { // the heartbeat carries the events
+		t.Fatal(err)
+	}
+	// The events reach watchers (Server-Sent Events).
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req2, _ := http.NewRequestWithContext(sctx, "GET", h.http.URL+"/v1/events?since=0", nil)
+	req2.Header.Set("Authorization", "Bearer "+acme)
+	resp, err := http.DefaultClient.Do(req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && !strings.Contains(seen.String(), "memory-killed") {
+		seen.WriteString(sc.Text() + "\n")
+	}
+	resp.Body.Close()
+	for _, want := range []string{"event: created", "event: memory-over-limit", "event: memory-killed"} {
+		if !strings.Contains(seen.String(), want) {
+			t.Errorf("event stream lacks %q:\n%s", want, seen.String())
+		}
+	}
+	var usage []api.Usage
+	h.must(h.admin, "GET", "/v1/usage", nil, 200, &usage)
+	found := false
+	for _, u := range usage {
+		found = found || (u.Tenant == "acme" && u.GPUSeconds > 0)
+	}
+	if !found {
+		t.Fatalf("no GPU-seconds reported for acme: %+v", usage)
+	}
+}
+
+// A fatal XID makes the GPU unhealthy in the agent's next report: the
+// allocator places nothing new on it, a running claim on it fails and a
+// reserved one goes back to the queue.
+func TestFatalXIDStopsPlacements(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	ag, m := h.node("host-a", "l4x4")
+	var running, reserved api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &running)
+	h.must(acme, "POST", "/v1/claims/"+running.ID+"/running", nil, 200, nil)
+	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &reserved)
+	idx := func(c api.Claim) int {
+		for _, g := range mustGPUs(t, m) {
+			if g.UUID == c.Allocation.Devices[0].GPU {
+				return g.Index
+			}
+		}
+		return -1
+	}
+	if err := m.InjectXID(idx(running), 79); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.InjectXID(idx(reserved), 48); err != nil {
+		t.Fatal(err)
+	}
+	if err := ag.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.must(acme, "GET", "/v1/claims/"+running.ID, nil, 200, &running)
+	h.must(acme, "GET", "/v1/claims/"+reserved.ID+"?wait=2s&state=allocated", nil, 200, &reserved)
+	if running.State != api.Failed || !strings.Contains(running.Reason, "unhealthy") {
+		t.Fatalf("running claim on a failed GPU: %s %q", running.State, running.Reason)
+	}
+	if reserved.State == api.Allocated && (reserved.Allocation.Devices[0].GPU == running.Allocation.Devices[0].GPU) {
+		t.Fatalf("reserved claim left on a sick GPU")
+	}
+	for i := 0; i < 2; i++ { // the two healthy L4s
+		if err := m.InjectXID(i+2, 79); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.InjectXID(0, 79); err != nil {
+		t.Fatal(err)
+	}
+	if err := ag.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var n api.Node
+	h.must(h.admin, "GET", "/v1/nodes/host-a", nil, 200, &n)
+	if n.Inventory.GPUs[0].Healthy {
+		t.Fatal("GPU still healthy after XID 79")
+	}
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 1000}}}}, 201, &c)
+	if c.State != api.Pending || !strings.Contains(c.Reason, "GPU unhealthy") {
+		t.Fatalf("placed on an unhealthy GPU: %+v", c)
+	}
+}
+
+func mustGPUs(t *testing.T, m interface {
+	GPUs(context.Context) ([]gpu.GPU, error)
+}) []gpu.GPU {
+	t.Helper()
+	gs, err := m.GPUs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gs
+}
