@@ -3,13 +3,16 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/agent"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/server"
 )
@@ -148,4 +151,51 @@ func mustGPUs(t *testing.T, m interface {
 		t.Fatal(err)
 	}
 	return gs
+}
+
+// A restarted agent adopts what exists on the GPUs: it creates nothing
+// twice and destroys nothing.
+func TestAgentRestartAdopts(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	ag, m := h.node("host-a", "mixed")
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
+		Requests: []alloc.Request{{Name: "gpu", Profile: "2g.10gb"}}}}, 201, &c)
+	if err := ag.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := mustGPUs(t, m)
+	// A new agent process on the same machine (same fake hardware).
+	again, err := agent.New(agent.Config{Name: "host-a", Client: agentClient(t, h), Device: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Register(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := again.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := mustGPUs(t, m)
+	if fmt.Sprint(before) != fmt.Sprint(after) {
+		t.Fatalf("restart changed the hardware:\nbefore %+v\nafter  %+v", before, after)
+	}
+	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	if c.State != api.Allocated || alloc.IsPlanned(c.Allocation.Devices[0].Device) {
+		t.Fatalf("claim after the restart: %+v", c)
+	}
+}
+
+func agentClient(t *testing.T, h *harness) *client.Client {
+	t.Helper()
+	var tok api.Token
+	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent}, 201, &tok)
+	c, err := client.New(h.http.URL, tok.Secret, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -33,6 +33,7 @@ var (
 	descGPUSec   = prometheus.NewDesc("gpuslice_tenant_gpu_seconds_total", "GPU-seconds used by a tenant (agent samples).", []string{"tenant"}, nil)
 	descPending  = prometheus.NewDesc("gpuslice_pending_claims", "Pending claims by the first reason the allocator gave.", []string{"reason"}, nil)
 	descNodes    = prometheus.NewDesc("gpuslice_nodes", "Nodes by state.", []string{"state"}, nil)
+	descHealthy  = prometheus.NewDesc("gpuslice_gpu_healthy", "1 when a GPU is healthy, 0 after a fatal XID or loss, as its agent reports.", []string{"node", "gpu", "model"}, nil)
 )
 
 func newMetrics(srv *Server) *metrics {
@@ -56,7 +57,7 @@ func (m *metrics) observeUsed(node string, c api.Claim, mib int64) {
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descClaims, descPromised, descCompute, descUsed, descTenant, descTenantC, descGPUSec, descPending, descNodes} {
+	for _, d := range []*prometheus.Desc{descClaims, descPromised, descCompute, descUsed, descTenant, descTenantC, descGPUSec, descPending, descNodes, descHealthy} {
 		ch <- d
 	}
 }
@@ -134,6 +135,13 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ns := map[api.NodeState]int{}
 	for _, n := range nodes {
 		ns[n.State]++
+		for _, g := range n.Inventory.GPUs {
+			v := 0.0
+			if g.Healthy {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, v, n.Name, g.UUID, g.Model)
+		}
 	}
 	for s, n := range ns {
 		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(n), string(s))
