@@ -132,3 +132,14 @@ func FuzzReadNative(f *testing.F) {
 		_, _ = ReadNative("f.yaml", data)
 	})
 }
+
+func FuzzParseMemoryMiB(f *testing.F) {
+	for _, s := range []string{"10GiB", "512MiB", "8G", "1.5Gi", "4096", "", "-1", "1e9TiB", "NaN"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if v, err := ParseMemoryMiB(s); err == nil && (v < 0 || v > 1<<40) {
+			t.Fatalf("ParseMemoryMiB(%q) = %d", s, v)
+		}
+	})
+}
