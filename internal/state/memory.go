@@ -107,7 +107,7 @@ func (m *Memory) View(ctx context.Context, fn func(Tx) error) error {
 	if m.closed {
 		return ErrClosed
 	}
-	tx := &memTx{m: m, readOnly: true}
+	tx := &memTx{m: m, txGuard: txGuard{readOnly: true}}
 	defer func() { tx.done = true }()
 	return fn(tx)
 }
@@ -121,24 +121,30 @@ func (m *Memory) Close() error {
 }
 
 type memTx struct {
-	m        *Memory
-	readOnly bool
-	done     bool
-	undo     []func()
+	txGuard
+	m    *Memory
+	undo []func()
 }
 
-func (tx *memTx) read() error {
-	if tx.done {
+// txGuard is what both backends check before every read and write: a
+// transaction used after its function returned, or a write in a View.
+type txGuard struct {
+	readOnly bool
+	done     bool
+}
+
+func (g *txGuard) read() error {
+	if g.done {
 		return ErrClosed
 	}
 	return nil
 }
 
-func (tx *memTx) write() error {
-	if tx.done {
+func (g *txGuard) write() error {
+	if g.done {
 		return ErrClosed
 	}
-	if tx.readOnly {
+	if g.readOnly {
 		return ErrReadOnly
 	}
 	return nil

@@ -363,7 +363,7 @@ func (s *SQLite) View(ctx context.Context, fn func(Tx) error) error {
 		return fmt.Errorf("state: %w", err)
 	}
 	defer rtx.Rollback()
-	tx := &sqlTx{s: s, readOnly: true, r: readRunner{s: s, ctx: ctx, tx: rtx}}
+	tx := &sqlTx{s: s, txGuard: txGuard{readOnly: true}, r: readRunner{s: s, ctx: ctx, tx: rtx}}
 	defer func() { tx.done = true }()
 	return fn(tx)
 }
@@ -653,27 +653,9 @@ func (r readRunner) query(q string, args ...any) (*sql.Rows, error) {
 
 // sqlTx implements Tx over a runner.
 type sqlTx struct {
-	s        *SQLite
-	r        runner
-	readOnly bool
-	done     bool
-}
-
-func (tx *sqlTx) read() error {
-	if tx.done {
-		return ErrClosed
-	}
-	return nil
-}
-
-func (tx *sqlTx) write() error {
-	if tx.done {
-		return ErrClosed
-	}
-	if tx.readOnly {
-		return ErrReadOnly
-	}
-	return nil
+	txGuard
+	s *SQLite
+	r runner
 }
 
 func wrap(err error) error {
