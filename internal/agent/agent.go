@@ -56,6 +56,8 @@ type Agent struct {
 	// events and usage wait here until a heartbeat carries them.
 	events []api.Event
 	usage  []server.UsageSample
+	// missing remembers devices already reported as drifted.
+	missing map[string]bool
 }
 
 // New checks the config.
@@ -206,6 +208,7 @@ func (a *Agent) node(ctx context.Context, claims []api.Claim, gpus []gpu.GPU) []
 		}
 		a.events = append(a.events, rep.Events(claims, a.cfg.Name, now)...)
 	}
+	a.events = append(a.events, a.drift(claims, gpus, now)...)
 	res := a.watch.Watch(ctx, a.cfg.Device, claims, a.cfg.Name)
 	errs = append(errs, res.Errors...)
 	a.events = append(a.events, res.Events...)
@@ -227,6 +230,48 @@ func (a *Agent) node(ctx context.Context, claims []api.Claim, gpus []gpu.GPU) []
 }
 
 const maxPendingEvents = 1000
+
+// drift reports (once each) devices that live claims on this node hold but
+// the hardware no longer shows — an instance destroyed or a GPU gone
+// behind gpuslice's back. The agent reports; it never "repairs" by
+// destroying or recreating what a claim may be using.
+func (a *Agent) drift(claims []api.Claim, gpus []gpu.GPU, now time.Time) []api.Event {
+	present := map[string]bool{}
+	for _, g := range gpus {
+		present[g.UUID] = true
+		for _, in := range g.Instances {
+			present[in.UUID] = true
+		}
+	}
+	if a.missing == nil {
+		a.missing = map[string]bool{}
+	}
+	var out []api.Event
+	seen := map[string]bool{}
+	for _, c := range claims {
+		if c.Allocation == nil {
+			continue
+		}
+		for _, d := range c.Allocation.Devices {
+			if d.Node != a.cfg.Name || alloc.IsPlanned(d.Device) {
+				continue
+			}
+			seen[d.Device] = true
+			if present[d.Device] || a.missing[d.Device] {
+				continue
+			}
+			a.missing[d.Device] = true
+			out = append(out, api.Event{Time: now, Kind: "drift", Claim: c.ID, Tenant: c.Tenant, Node: a.cfg.Name,
+				Message: fmt.Sprintf("device %s of claim %s is not on the hardware any more (destroyed outside gpuslice?)", d.Device, c.ID)})
+		}
+	}
+	for d := range a.missing {
+		if present[d] || !seen[d] {
+			delete(a.missing, d)
+		}
+	}
+	return out
+}
 
 func mergeUsage(pending []server.UsageSample, add []watchdog.Usage) []server.UsageSample {
 	for _, u := range add {

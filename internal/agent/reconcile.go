@@ -43,6 +43,12 @@ func Plan(claims []api.Claim, node string) []Action {
 			if ch.Node != node || ch.Kind == alloc.ConfigureShare || (ch.Kind == alloc.DestroyInstance && held[ch.Device]) {
 				continue
 			}
+			// A running claim's instance was made once; if it is gone, a
+			// fresh one would not hold the process's state: report drift
+			// (Agent.drift) instead of re-creating it.
+			if ch.Kind == alloc.CreateInstance && c.State == api.Running && !alloc.IsPlanned(ch.Device) {
+				continue
+			}
 			out = append(out, Action{Kind: ch.Kind, GPU: ch.GPU, Device: ch.Device, Profile: ch.Profile, Start: ch.Start})
 		}
 	}

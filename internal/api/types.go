@@ -67,6 +67,10 @@ type ClaimSpec struct {
 	// MemoryPolicy is what the agent does when a process uses more GPU
 	// memory than its claim promised: warn (default) or kill.
 	MemoryPolicy string `json:"memoryPolicy,omitempty"`
+	// FaultPolicy is what happens to a running claim when its GPU becomes
+	// unhealthy: fail (default; the process met the fault) or requeue.
+	// Claims that are only allocated are always re-queued.
+	FaultPolicy string `json:"faultPolicy,omitempty"`
 }
 
 // Claim is a request and its state.

@@ -27,7 +27,7 @@ type ExitError struct{ Code int }
 func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
 func runCmd(e *env, c *conn) *cobra.Command {
-	var memory, mode, profile, isolation, tenant, node, workload, policy string
+	var memory, mode, profile, isolation, tenant, node, workload, policy, faultPolicy string
 	var compute, priority int
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -50,7 +50,7 @@ and releases the claim.`,
 					return fmt.Errorf("--memory: %w", err)
 				}
 			}
-			cs := api.ClaimSpec{Priority: priority, Isolation: alloc.Isolation(isolation), Requests: []alloc.Request{req}, MemoryPolicy: policy}
+			cs := api.ClaimSpec{Priority: priority, Isolation: alloc.Isolation(isolation), Requests: []alloc.Request{req}, MemoryPolicy: policy, FaultPolicy: faultPolicy}
 			if node == "" {
 				// Run here when this host is a node of the server.
 				if err := cl.Do(cmd.Context(), http.MethodGet, "/v1/nodes/"+url.PathEscape(hostName()), nil, nil); err == nil {
@@ -149,6 +149,7 @@ and releases the claim.`,
 	f.StringVar(&tenant, "tenant", "default", "tenant (admin tokens only; tenant tokens use their own)")
 	f.StringVar(&node, "node", "", "run on this node (default: this host when it is a node)")
 	f.StringVar(&policy, "memory-policy", "warn", "when a process exceeds its memory: warn or kill")
+	f.StringVar(&faultPolicy, "fault-policy", "fail", "when the GPU fails while CMD runs: fail or requeue")
 	f.IntVar(&priority, "priority", 0, "higher goes first in the queue")
 	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0 = wait)")
 	return cmd

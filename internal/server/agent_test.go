@@ -199,3 +199,91 @@ func agentClient(t *testing.T, h *harness) *client.Client {
 	}
 	return c
 }
+
+// An instance of a running claim destroyed behind gpuslice's back is
+// reported as drift, once, and not re-created or touched.
+func TestAgentReportsDrift(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	ag, m := h.node("host-a", "mixed")
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
+		Requests: []alloc.Request{{Name: "gpu", Profile: "1g.5gb"}}}}, 201, &c)
+	ctx := context.Background()
+	if err := ag.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, &c)
+	dev := c.Allocation.Devices[0]
+	var idx int
+	for _, g := range mustGPUs(t, m) {
+		if g.UUID == dev.GPU {
+			idx = g.Index
+		}
+	}
+	if err := m.DestroyInstance(ctx, idx, dev.Device); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		_ = ag.Step(ctx)
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(sctx, "GET", h.http.URL+"/v1/events?since=0", nil)
+	req.Header.Set("Authorization", "Bearer "+acme)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var stream strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		stream.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "is not on the hardware") {
+			break
+		}
+	}
+	if n := strings.Count(stream.String(), "event: drift"); n != 1 {
+		t.Fatalf("%d drift events, want 1:\n%s", n, stream.String())
+	}
+	for _, g := range mustGPUs(t, m) {
+		for _, in := range g.Instances {
+			if in.UUID == dev.Device {
+				t.Fatal("the agent re-created a running claim's instance")
+			}
+		}
+	}
+}
+
+// faultPolicy requeue sends a running claim back to the queue instead of
+// failing it when its GPU becomes unhealthy.
+func TestFaultPolicyRequeue(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	ag, m := h.node("host-a", "l4x4")
+	req := gpuReq(0, alloc.Exclusive)
+	req.FaultPolicy = "requeue"
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", req, 201, &c)
+	h.must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, nil)
+	for _, g := range mustGPUs(t, m) {
+		if g.UUID == c.Allocation.Devices[0].GPU {
+			if err := m.InjectXID(g.Index, 79); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := ag.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	old := c.Allocation.Devices[0].GPU
+	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	if c.State == api.Failed || (c.Allocation != nil && c.Allocation.Devices[0].GPU == old) {
+		t.Fatalf("claim with faultPolicy requeue: %s on %v", c.State, c.Allocation)
+	}
+	code, body := h.call(acme, "POST", "/v1/claims", `{"requests":[{"name":"gpu"}],"faultPolicy":"retry"}`)
+	if code != 422 || !strings.Contains(string(body), "want fail or requeue") {
+		t.Fatalf("bad faultPolicy: %d %s", code, body)
+	}
+}

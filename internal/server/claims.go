@@ -124,6 +124,11 @@ func (srv *Server) validateClaim(r *http.Request, c *api.Claim) error {
 	default:
 		return errField("memoryPolicy", "%q: want warn or kill", c.Spec.MemoryPolicy)
 	}
+	switch c.Spec.FaultPolicy {
+	case "", "fail", "requeue":
+	default:
+		return errField("faultPolicy", "%q: want fail or requeue", c.Spec.FaultPolicy)
+	}
 	if _, ok := srv.cache.tenant(c.Tenant); !ok {
 		return errField("tenant", "tenant %q does not exist", c.Tenant)
 	}

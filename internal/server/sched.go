@@ -151,7 +151,7 @@ func (srv *Server) rebuild(ctx context.Context) error {
 		if gpu := onSickGPU(a, sick); gpu != "" {
 			// A running claim's process met the fault: it fails. One that
 			// was only reserved goes back to the queue.
-			if c.State == api.Running {
+			if c.State == api.Running && c.Spec.FaultPolicy != "requeue" {
 				c.State, c.Reason = api.Failed, "GPU "+gpu+" became unhealthy while it ran"
 				failed = append(failed, c)
 			} else {
