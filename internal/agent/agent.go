@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/agent/cdi"
@@ -58,6 +59,10 @@ type Agent struct {
 	usage  []server.UsageSample
 	// missing remembers devices already reported as drifted.
 	missing map[string]bool
+	// health holds events from the device layer's health watch until the
+	// next step moves them into events.
+	mu     sync.Mutex
+	health []api.Event
 }
 
 // New checks the config.
@@ -145,6 +150,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-time.After(a.cfg.Interval):
 		}
 	}
+	a.watchHealth(ctx)
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -159,8 +165,34 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
+// watchHealth subscribes to the device layer's health events (XIDs, lost
+// GPUs). A fatal one marks the GPU unhealthy in the layer itself, so the
+// next step's inventory carries it; every event also goes to the server.
+func (a *Agent) watchHealth(ctx context.Context) {
+	ch, err := a.cfg.Device.Events(ctx)
+	if err != nil {
+		a.cfg.Log.Warn("no health events from the device layer", "err", err)
+		return
+	}
+	go func() {
+		for ev := range ch {
+			e := api.Event{Time: ev.Time, Kind: string(ev.Kind), Node: a.cfg.Name,
+				Message: fmt.Sprintf("GPU %d (%s): %s", ev.Index, ev.UUID, ev.Message)}
+			if ev.Fatal {
+				e.Message += " — GPU marked unhealthy"
+			}
+			a.mu.Lock()
+			a.health = append(a.health, e)
+			a.mu.Unlock()
+		}
+	}()
+}
+
 // Step reconciles once and heartbeats (with the inventory when it changed).
 func (a *Agent) Step(ctx context.Context) error {
+	a.mu.Lock()
+	a.events, a.health = append(a.events, a.health...), nil
+	a.mu.Unlock()
 	var claims []api.Claim
 	if err := a.cfg.Client.Do(ctx, http.MethodGet, "/v1/nodes/"+a.cfg.Name+"/claims", nil, &claims); err != nil {
 		return err

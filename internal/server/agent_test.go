@@ -287,3 +287,49 @@ func TestFaultPolicyRequeue(t *testing.T) {
 		t.Fatalf("bad faultPolicy: %d %s", code, body)
 	}
 }
+
+// A running agent forwards the device layer's health events to the
+// server, and the GPU it marks unhealthy shows in the node's inventory.
+func TestAgentForwardsHealthEvents(t *testing.T) {
+	h := newHarness(t, nil)
+	_, m := h.node("host-a", "t4") // registers the node and gives the machine
+	ag, err := agent.New(agent.Config{Name: "host-a", Client: agentClient(t, h), Device: m, Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = ag.Run(ctx) }()
+	time.Sleep(100 * time.Millisecond) // the agent subscribes
+	if err := m.InjectXID(0, 48); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var n api.Node
+		h.must(h.admin, "GET", "/v1/nodes/host-a", nil, 200, &n)
+		if !n.Inventory.GPUs[0].Healthy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the GPU never showed unhealthy")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	defer scancel()
+	req, _ := http.NewRequestWithContext(sctx, "GET", h.http.URL+"/v1/events?since=0", nil)
+	req.Header.Set("Authorization", "Bearer "+h.admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "event: xid") {
+			return
+		}
+	}
+	t.Fatal("no xid event reached the server")
+}
