@@ -30,6 +30,9 @@ fi
 echo "== go test"
 go test -count=1 ./...
 
+echo "== go test -race (the concurrent parts)"
+go test -count=1 -race ./internal/server/... ./internal/state/... ./internal/agent/... ./internal/cli/...
+
 if [ "$fuzztime" != "0" ]; then
   echo "== fuzz ($fuzztime per target)"
   for pkg in $(go list ./...); do
