@@ -300,7 +300,11 @@ func TestAgentForwardsHealthEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = ag.Run(ctx) }()
-	time.Sleep(100 * time.Millisecond) // the agent subscribes
+	for wait := time.Now().Add(5 * time.Second); m.Subscribers() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(wait) {
+			t.Fatal("the agent never subscribed to device events")
+		}
+	}
 	if err := m.InjectXID(0, 48); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +320,24 @@ func TestAgentForwardsHealthEvents(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	// The health flag and the event travel separately (inventory vs event
+	// post), so poll the event log until the xid shows up.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if sawEvent(t, ctx, h, "event: xid") {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Fatal("no xid event reached the server")
+}
+
+// sawEvent reads the event log from the start (a short window) and reports
+// whether a line with the given prefix appears.
+func sawEvent(t *testing.T, ctx context.Context, h *harness, prefix string) bool {
+	t.Helper()
+	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer scancel()
 	req, _ := http.NewRequestWithContext(sctx, "GET", h.http.URL+"/v1/events?since=0", nil)
 	req.Header.Set("Authorization", "Bearer "+h.admin)
@@ -327,9 +348,9 @@ func TestAgentForwardsHealthEvents(t *testing.T) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "event: xid") {
-			return
+		if strings.HasPrefix(sc.Text(), prefix) {
+			return true
 		}
 	}
-	t.Fatal("no xid event reached the server")
+	return false
 }

@@ -187,3 +187,11 @@ func (m *Machine) emit(ev gpu.Event) {
 		}
 	}
 }
+
+// Subscribers reports how many Events streams are open, so a test can wait
+// for a consumer before injecting a fault rather than sleeping.
+func (m *Machine) Subscribers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.subs)
+}
