@@ -21,20 +21,7 @@ func mustJSON(v any) string {
 }
 
 func (srv *Server) listTenants(w http.ResponseWriter, r *http.Request, p principal) {
-	var ts []api.Tenant
-	err := srv.store.View(r.Context(), func(tx state.Tx) error {
-		var err error
-		ts, err = tx.ListTenants()
-		return err
-	})
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if ts == nil {
-		ts = []api.Tenant{}
-	}
-	writeJSON(w, http.StatusOK, ts)
+	readList(srv, w, r, func(tx state.Tx) ([]api.Tenant, error) { return tx.ListTenants() })
 }
 
 // putTenant creates or updates a tenant (its quotas).
@@ -150,20 +137,7 @@ func (srv *Server) createToken(w http.ResponseWriter, r *http.Request, p princip
 }
 
 func (srv *Server) listTokens(w http.ResponseWriter, r *http.Request, p principal) {
-	var ts []api.Token
-	err := srv.store.View(r.Context(), func(tx state.Tx) error {
-		var err error
-		ts, err = tx.ListTokens()
-		return err
-	})
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if ts == nil {
-		ts = []api.Token{}
-	}
-	writeJSON(w, http.StatusOK, ts)
+	readList(srv, w, r, func(tx state.Tx) ([]api.Token, error) { return tx.ListTokens() })
 }
 
 func (srv *Server) deleteToken(w http.ResponseWriter, r *http.Request, p principal) {

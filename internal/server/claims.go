@@ -246,6 +246,8 @@ func (srv *Server) listClaims(w http.ResponseWriter, r *http.Request, p principa
 		writeError(w, err)
 		return
 	}
+	// Decorate outside the transaction: decorate takes the scheduler's lock,
+	// which must never be taken while a store transaction is open.
 	for i := range cs {
 		srv.decorate(&cs[i])
 	}

@@ -187,3 +187,22 @@ func waitFor(r *http.Request) (time.Duration, error) {
 	}
 	return min(d, 60*time.Second), nil
 }
+
+// readList runs one read-only transaction that yields a list and answers it
+// as JSON: 200 with [] rather than null when empty, or the mapped error.
+func readList[T any](srv *Server, w http.ResponseWriter, r *http.Request, read func(tx state.Tx) ([]T, error)) {
+	var out []T
+	err := srv.store.View(r.Context(), func(tx state.Tx) error {
+		var err error
+		out, err = read(tx)
+		return err
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if out == nil {
+		out = []T{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}

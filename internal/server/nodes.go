@@ -222,37 +222,13 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 // nodeClaims lists the live claims on a node: what its agent must make
 // true (layout changes, MPS daemons) and watch.
 func (srv *Server) nodeClaims(w http.ResponseWriter, r *http.Request, p principal) {
-	var cs []api.Claim
-	err := srv.store.View(r.Context(), func(tx state.Tx) error {
-		var err error
-		cs, err = tx.ListClaims(state.ClaimFilter{Node: r.PathValue("name"), States: []api.ClaimState{api.Allocated, api.Running}})
-		return err
+	readList(srv, w, r, func(tx state.Tx) ([]api.Claim, error) {
+		return tx.ListClaims(state.ClaimFilter{Node: r.PathValue("name"), States: []api.ClaimState{api.Allocated, api.Running}})
 	})
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if cs == nil {
-		cs = []api.Claim{}
-	}
-	writeJSON(w, http.StatusOK, cs)
 }
 
 func (srv *Server) listNodes(w http.ResponseWriter, r *http.Request, p principal) {
-	var ns []api.Node
-	err := srv.store.View(r.Context(), func(tx state.Tx) error {
-		var err error
-		ns, err = tx.ListNodes()
-		return err
-	})
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if ns == nil {
-		ns = []api.Node{}
-	}
-	writeJSON(w, http.StatusOK, ns)
+	readList(srv, w, r, func(tx state.Tx) ([]api.Node, error) { return tx.ListNodes() })
 }
 
 func (srv *Server) getNode(w http.ResponseWriter, r *http.Request, p principal) {
