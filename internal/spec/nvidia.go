@@ -184,6 +184,26 @@ type nvEmbedded struct {
 	remap func(Pos) (Pos, bool)
 }
 
+// nvEachConfig calls read with the first YAML document of each of a
+// ConfigMap's data values, then maps the value's findings into the file. A
+// value holding more documents gets an error naming reader, which reads
+// only the first.
+func (w *walker) nvEachConfig(doc *yaml.Node, lines []string, reader string, read func(e *nvEmbedded, d *yaml.Node)) {
+	for _, e := range w.nvConfigMapData(doc, lines) {
+		for i, d := range e.docs {
+			if e.w.nvTooBig(d) {
+				continue
+			}
+			if i > 0 {
+				e.w.errorf(d, "", "put each config under its own data key", "%s reads only the first YAML document of a config", reader)
+				break
+			}
+			read(e, d)
+		}
+		e.finish(w)
+	}
+}
+
 // nvConfigMapData reads a ConfigMap and parses each data value as YAML or
 // JSON. lines are the file's raw lines (for the indentation of block
 // scalars).

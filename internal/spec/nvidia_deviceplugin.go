@@ -83,21 +83,11 @@ func ReadDevicePluginConfig(file string, data []byte) (*Spec, Diagnostics) {
 			continue
 		}
 		if nvIsConfigMap(doc) {
-			for _, e := range w.nvConfigMapData(doc, lines) {
-				for i, d := range e.docs {
-					if e.w.nvTooBig(d) {
-						continue
-					}
-					if i > 0 {
-						e.w.errorf(d, "", "put each config under its own data key", "the device plugin reads only the first YAML document of a config")
-						break
-					}
-					imp := e.w.devicePlugin(d, "", e.key)
-					imp.Where = Pos{File: file, Line: e.keyNode.Line, Column: e.keyNode.Column}
-					s.Imported = append(s.Imported, imp)
-				}
-				e.finish(w)
-			}
+			w.nvEachConfig(doc, lines, "the device plugin", func(e *nvEmbedded, d *yaml.Node) {
+				imp := e.w.devicePlugin(d, "", e.key)
+				imp.Where = Pos{File: file, Line: e.keyNode.Line, Column: e.keyNode.Column}
+				s.Imported = append(s.Imported, imp)
+			})
 			continue
 		}
 		if top := nvDeref(doc); top.Kind == yaml.MappingNode {

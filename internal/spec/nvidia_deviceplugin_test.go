@@ -103,6 +103,8 @@ func TestDevicePluginConfigDiagnostics(t *testing.T) {
 			wants: []string{`E 1:1 it has kind "Deployment"`}},
 		{name: "two documents", in: "version: v1\n---\nversion: v1\n",
 			wants: []string{"E 3:1 reads only the first YAML document"}},
+		{name: "two documents in a ConfigMap value", in: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: dp}\ndata:\n  a: |\n    version: v1\n    ---\n    version: v1\n",
+			wants: []string{"E 8:5 the device plugin reads only the first YAML document of a config"}},
 		{name: "empty", in: "# nothing\n", wants: []string{"E 0:0 the file is empty"}},
 		{name: "syntax", in: "sharing:\n  timeSlicing: [\n", wants: []string{"E 2:0 YAML syntax"}},
 		{name: "JSON with tabs", in: "{\n\t\"version\": \"v1\",\n\t\"sharing\": {\"timeSlicing\": {\n\t\t\"failRequestsGreaterThanOne\": true,\n\t\t\"resources\": [{\"name\": \"nvidia.com/gpu\", \"replicas\": 1}]}}\n}\n",

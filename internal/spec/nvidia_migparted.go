@@ -90,23 +90,12 @@ func readMIGParted(file string, data []byte, hint *catalog.GPU) (*Spec, Diagnost
 			continue
 		}
 		if nvIsConfigMap(doc) {
-			for _, e := range w.nvConfigMapData(doc, lines) {
-				for j, d := range e.docs {
-					if e.w.nvTooBig(d) {
-						continue
-					}
-					if j > 0 {
-						e.w.errorf(d, "", "put each config under its own data key", "mig-parted reads only the first YAML document")
-						break
-					}
-					imps := e.w.migParted(d, mc)
-					for k := range imps {
-						imps[k].Where = e.pos(imps[k].whereNode)
-						s.Imported = append(s.Imported, imps[k].ImportedSharing)
-					}
+			w.nvEachConfig(doc, lines, "mig-parted", func(e *nvEmbedded, d *yaml.Node) {
+				for _, imp := range e.w.migParted(d, mc) {
+					imp.Where = e.pos(imp.whereNode)
+					s.Imported = append(s.Imported, imp.ImportedSharing)
 				}
-				e.finish(w)
-			}
+			})
 			continue
 		}
 		if i > 0 {

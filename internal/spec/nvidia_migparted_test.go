@@ -67,6 +67,8 @@ func TestMIGPartedConfigDiagnostics(t *testing.T) {
 			wants: []string{"E 0:0 GPU model T4 does not support MIG"}},
 		{name: "two documents", in: "version: v1\nmig-configs:\n  a: [{devices: all, mig-enabled: false}]\n---\nversion: v1\n",
 			wants: []string{"E 5:1 mig-parted reads only the first YAML document"}},
+		{name: "two documents in a ConfigMap value", in: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: mp}\ndata:\n  c: |\n    version: v1\n    mig-configs:\n      a: [{devices: all, mig-enabled: false}]\n    ---\n    version: v1\n",
+			wants: []string{"E 10:5 mig-parted reads only the first YAML document of a config"}},
 		{name: "JSON", in: "{\"version\": \"v1\", \"mig-configs\": {\"a\": [{\"devices\": \"all\", \"mig-enabled\": true, \"mig-devices\": {\"7g.40gb\": 2}}]}}\n", model: "A100-40GB",
 			wants: []string{"E 1:96 2× 7g.40gb but at most 1 fit"}},
 		{name: "ConfigMap", in: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: mig-parted-config}\ndata:\n  config.yaml: |\n    version: v1\n    mig-configs:\n      a:\n      - devices: all\n        mig-enabled: true\n", model: "A100-40GB",
