@@ -181,11 +181,33 @@ Without an NVIDIA driver it runs on simulated GPUs and says so.`,
 				return err
 			}
 			srv.Run(ctx)
-			hs := srv.NewHTTPServer(listen)
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
 			}
+			if !noAgent {
+				tok, err := agentToken(ctx, srv, store, dataDir)
+				if err != nil {
+					return err
+				}
+				c, err := client.New("http://in-process", tok, &http.Client{Transport: handlerTransport{srv.Handler()}})
+				if err != nil {
+					return err
+				}
+				acfg := agent.Config{Name: nodeName, Client: c, Device: dev, Log: log.With("agent", nodeName), Interval: 2 * time.Second}
+				agentDuties(&acfg, dev, log, cdiDir)
+				a, err := agent.New(acfg)
+				if err != nil {
+					return err
+				}
+				// Register before serving, so a client that sees the server
+				// answer also finds the local node (Run retries on failure).
+				if err := a.Register(ctx); err != nil {
+					log.Warn("local node registration failed; the agent retries", "err", err)
+				}
+				go func() { _ = a.Run(ctx) }()
+			}
+			hs := srv.NewHTTPServer(listen)
 			scheme := "http"
 			go func() {
 				var err error
@@ -203,23 +225,6 @@ Without an NVIDIA driver it runs on simulated GPUs and says so.`,
 				scheme = "https"
 			}
 			log.Info("gpuslice serving", "url", scheme+"://"+ln.Addr().String(), "data", dataDir, "store", storeKind)
-			if !noAgent {
-				tok, err := agentToken(ctx, srv, store, dataDir)
-				if err != nil {
-					return err
-				}
-				c, err := client.New("http://in-process", tok, &http.Client{Transport: handlerTransport{srv.Handler()}})
-				if err != nil {
-					return err
-				}
-				acfg := agent.Config{Name: nodeName, Client: c, Device: dev, Log: log.With("agent", nodeName), Interval: 2 * time.Second}
-				agentDuties(&acfg, dev, log, cdiDir)
-				a, err := agent.New(acfg)
-				if err != nil {
-					return err
-				}
-				go func() { _ = a.Run(ctx) }()
-			}
 			<-ctx.Done()
 			shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
