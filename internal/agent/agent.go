@@ -313,6 +313,7 @@ func mergeUsage(pending []server.UsageSample, add []watchdog.Usage) []server.Usa
 			continue
 		}
 		pending[i].GPUSeconds += u.GPUSeconds
+		pending[i].SMSeconds += u.SMSeconds
 		pending[i].MemoryMiBSeconds += u.MemoryMiBSeconds
 		pending[i].MemoryMiB = u.MemoryMiB // a gauge: the latest
 	}

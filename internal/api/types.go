@@ -88,6 +88,8 @@ type Claim struct {
 	Allocation *alloc.Allocation `json:"allocation,omitempty"`
 	// QueuePosition is set on pending claims in answers (1 = next).
 	QueuePosition int `json:"queuePosition,omitempty"`
+	// Used is what the claim's processes used, as its agents report it.
+	Used *Consumption `json:"used,omitempty"`
 }
 
 // NodeState is a node's health as the server sees it.
@@ -118,7 +120,28 @@ type Usage struct {
 	MemoryMiB      int64   `json:"memoryMiB"`
 	ComputePercent int     `json:"computePercent"`
 	GPUSeconds     float64 `json:"gpuSeconds"`
+	SMSeconds      float64 `json:"smSeconds"`
 	MemoryMiBSec   float64 `json:"memoryMiBSeconds"`
+}
+
+// Consumption is use accumulated over time, for billing: what agents
+// measured from per-process samples.
+type Consumption struct {
+	// GPUSeconds counts, per device, the seconds one of the claim's
+	// processes ran on it.
+	GPUSeconds float64 `json:"gpuSeconds"`
+	// SMSeconds is SM activity in whole-GPU seconds (per-process SM
+	// utilization × time). NVML samples no processes on MIG instances, so
+	// MIG devices add nothing here.
+	SMSeconds float64 `json:"smSeconds"`
+	// MemoryMiBSeconds is GPU memory held × time.
+	MemoryMiBSeconds float64 `json:"memoryMiBSeconds"`
+}
+
+// Add returns c + o.
+func (c Consumption) Add(o Consumption) Consumption {
+	return Consumption{GPUSeconds: c.GPUSeconds + o.GPUSeconds, SMSeconds: c.SMSeconds + o.SMSeconds,
+		MemoryMiBSeconds: c.MemoryMiBSeconds + o.MemoryMiBSeconds}
 }
 
 // Event is something that happened, for audit and watchers.

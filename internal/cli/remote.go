@@ -60,9 +60,9 @@ func remoteCmds(e *env) []*cobra.Command {
 			if err := call(cmd.Context(), c, http.MethodGet, "/v1/usage", nil, &us); err != nil {
 				return err
 			}
-			t := &table{header: []string{"TENANT", "CLAIMS", "MEMORY", "COMPUTE", "GPU-SECONDS", "MIB-SECONDS"}}
+			t := &table{header: []string{"TENANT", "CLAIMS", "MEMORY", "COMPUTE", "GPU-SECONDS", "SM-SECONDS", "MIB-SECONDS"}}
 			for _, u := range us {
-				t.add(u.Tenant, u.Claims, mib(u.MemoryMiB), fmt.Sprintf("%d%%", u.ComputePercent), fmt.Sprintf("%.0f", u.GPUSeconds), fmt.Sprintf("%.0f", u.MemoryMiBSec))
+				t.add(u.Tenant, u.Claims, mib(u.MemoryMiB), fmt.Sprintf("%d%%", u.ComputePercent), fmt.Sprintf("%.0f", u.GPUSeconds), fmt.Sprintf("%.1f", u.SMSeconds), fmt.Sprintf("%.0f", u.MemoryMiBSec))
 			}
 			return e.render(t, us)
 		}}

@@ -25,7 +25,8 @@ type Device interface {
 	// ExclusiveProcess).
 	SetComputeMode(ctx context.Context, index int, mode ComputeMode) error
 	// Processes lists the processes using a GPU or a MIG instance (uuid)
-	// with their GPU memory.
+	// with their GPU memory and, where the driver samples it, their SM
+	// utilization since the previous call on that device.
 	Processes(ctx context.Context, uuid string) ([]Process, error)
 	// Utilization samples a device's SM and memory utilization.
 	Utilization(ctx context.Context, uuid string) (Utilization, error)
@@ -83,6 +84,11 @@ const (
 type Process struct {
 	PID       int   `json:"pid"`
 	MemoryMiB int64 `json:"memoryMiB"`
+	// SMPercent is the process's SM utilization, in percent of the whole
+	// GPU, averaged since the previous Processes call on the same device
+	// (NVML's per-process samples). Nil when it was not sampled: NVML
+	// keeps no per-process samples for MIG instances.
+	SMPercent *int `json:"smPercent,omitempty"`
 }
 
 // Utilization is a sample of a device's activity.

@@ -76,10 +76,24 @@ func TestWatchdogKillsOverLimitProcess(t *testing.T) {
 	h.must(h.admin, "GET", "/v1/usage", nil, 200, &usage)
 	found := false
 	for _, u := range usage {
-		found = found || (u.Tenant == "acme" && u.GPUSeconds > 0)
+		found = found || (u.Tenant == "acme" && u.GPUSeconds > 0 && u.SMSeconds > 0)
 	}
 	if !found {
-		t.Fatalf("no GPU-seconds reported for acme: %+v", usage)
+		t.Fatalf("no GPU- and SM-seconds reported for acme: %+v", usage)
+	}
+	// The claim carries its own totals, for per-claim billing.
+	var got api.Claim
+	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
+	if got.Used == nil || got.Used.GPUSeconds <= 0 || got.Used.SMSeconds <= 0 || got.Used.MemoryMiBSeconds <= 0 {
+		t.Errorf("claim %s used %+v, want GPU-, SM- and MiB-seconds", c.ID, got.Used)
+	}
+	// The metrics export them per tenant.
+	_, body := h.call(h.admin, "GET", "/metrics", nil)
+	metrics := string(body)
+	for _, want := range []string{`gpuslice_tenant_sm_seconds_total{tenant="acme"}`, `gpuslice_tenant_memory_mib_seconds_total{tenant="acme"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 

@@ -31,6 +31,8 @@ var (
 	descTenant   = prometheus.NewDesc("gpuslice_tenant_memory_mib", "GPU memory held by a tenant's live claims.", []string{"tenant"}, nil)
 	descTenantC  = prometheus.NewDesc("gpuslice_tenant_compute_percent", "Compute held by a tenant's live claims.", []string{"tenant"}, nil)
 	descGPUSec   = prometheus.NewDesc("gpuslice_tenant_gpu_seconds_total", "GPU-seconds used by a tenant (agent samples).", []string{"tenant"}, nil)
+	descSMSec    = prometheus.NewDesc("gpuslice_tenant_sm_seconds_total", "SM activity of a tenant's processes in whole-GPU seconds (per-process samples; none on MIG instances).", []string{"tenant"}, nil)
+	descMemSec   = prometheus.NewDesc("gpuslice_tenant_memory_mib_seconds_total", "GPU memory held by a tenant's processes, MiB × seconds (agent samples).", []string{"tenant"}, nil)
 	descPending  = prometheus.NewDesc("gpuslice_pending_claims", "Pending claims by the first reason the allocator gave.", []string{"reason"}, nil)
 	descNodes    = prometheus.NewDesc("gpuslice_nodes", "Nodes by state.", []string{"state"}, nil)
 	descHealthy  = prometheus.NewDesc("gpuslice_gpu_healthy", "1 when a GPU is healthy, 0 after a fatal XID or loss, as its agent reports.", []string{"node", "gpu", "model"}, nil)
@@ -57,7 +59,7 @@ func (m *metrics) observeUsed(node string, c api.Claim, mib int64) {
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descClaims, descPromised, descCompute, descUsed, descTenant, descTenantC, descGPUSec, descPending, descNodes, descHealthy} {
+	for _, d := range []*prometheus.Desc{descClaims, descPromised, descCompute, descUsed, descTenant, descTenantC, descGPUSec, descSMSec, descMemSec, descPending, descNodes, descHealthy} {
 		ch <- d
 	}
 }
@@ -117,6 +119,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTenant, prometheus.GaugeValue, tmem[t.Name], t.Name)
 		ch <- prometheus.MustNewConstMetric(descTenantC, prometheus.GaugeValue, tcomp[t.Name], t.Name)
 		ch <- prometheus.MustNewConstMetric(descGPUSec, prometheus.CounterValue, usage[t.Name].GPUSeconds, t.Name)
+		ch <- prometheus.MustNewConstMetric(descSMSec, prometheus.CounterValue, usage[t.Name].SMSeconds, t.Name)
+		ch <- prometheus.MustNewConstMetric(descMemSec, prometheus.CounterValue, usage[t.Name].MemoryMiBSec, t.Name)
 	}
 	m.mu.Lock()
 	for k, v := range m.usedMiB {

@@ -32,8 +32,22 @@ type HeartbeatRequest struct {
 type UsageSample struct {
 	Claim            string  `json:"claim"`
 	GPUSeconds       float64 `json:"gpuSeconds"`
+	SMSeconds        float64 `json:"smSeconds"`
 	MemoryMiBSeconds float64 `json:"memoryMiBSeconds"`
 	MemoryMiB        int64   `json:"memoryMiB"`
+}
+
+// onNode says whether one of the claim's devices is on node.
+func onNode(c api.Claim, node string) bool {
+	if c.Allocation == nil {
+		return false
+	}
+	for _, d := range c.Allocation.Devices {
+		if d.Node == node {
+			return true
+		}
+	}
+	return false
 }
 
 // checkInventory refuses an inventory the allocator cannot use (unknown
@@ -190,11 +204,22 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 		}
 		for _, u := range req.Usage {
 			c, err := tx.GetClaim(u.Claim)
-			if err != nil {
-				continue
+			if err != nil || !onNode(c, name) {
+				continue // released and gone, or not this node's to report
 			}
-			if err := tx.AddUsage(c.Tenant, u.GPUSeconds, u.MemoryMiBSeconds); err != nil {
+			used := api.Consumption{GPUSeconds: u.GPUSeconds, SMSeconds: u.SMSeconds, MemoryMiBSeconds: u.MemoryMiBSeconds}
+			if err := tx.AddUsage(c.Tenant, used); err != nil {
 				return err
+			}
+			if used != (api.Consumption{}) {
+				total := used
+				if c.Used != nil {
+					total = c.Used.Add(used)
+				}
+				c.Used = &total
+				if err := tx.UpdateClaim(c); err != nil {
+					return err
+				}
 			}
 			srv.metrics.observeUsed(name, c, u.MemoryMiB)
 		}

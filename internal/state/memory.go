@@ -30,7 +30,7 @@ type Memory struct {
 	claimOrder  []string            // IDs in Seq order (claims are never deleted)
 	nodes       map[string][]byte
 	events      []memEvent // in Seq order
-	usage       map[string][2]float64
+	usage       map[string]api.Consumption
 	claimSeq    int64
 	eventSeq    int64
 }
@@ -63,7 +63,7 @@ func NewMemory() *Memory {
 		tokenByHash: map[string]string{},
 		claims:      map[string]memClaim{},
 		nodes:       map[string][]byte{},
-		usage:       map[string][2]float64{},
+		usage:       map[string]api.Consumption{},
 	}
 }
 
@@ -465,19 +465,18 @@ func (tx *memTx) EventsSince(seq int64, limit int) ([]api.Event, error) {
 	return out, nil
 }
 
-func (tx *memTx) AddUsage(tenant string, gpuSeconds, memoryMiBSeconds float64) error {
+func (tx *memTx) AddUsage(tenant string, used api.Consumption) error {
 	if err := tx.write(); err != nil {
 		return err
 	}
 	if err := checkKey("usage", tenant); err != nil {
 		return err
 	}
-	if err := checkUsage(gpuSeconds, memoryMiBSeconds); err != nil {
+	if err := checkUsage(used); err != nil {
 		return err
 	}
 	setUndo(tx, tx.m.usage, tenant)
-	u := tx.m.usage[tenant]
-	tx.m.usage[tenant] = [2]float64{u[0] + gpuSeconds, u[1] + memoryMiBSeconds}
+	tx.m.usage[tenant] = tx.m.usage[tenant].Add(used)
 	return nil
 }
 
@@ -486,5 +485,5 @@ func (tx *memTx) Usage(tenant string) (api.Usage, error) {
 		return api.Usage{}, err
 	}
 	u := tx.m.usage[tenant]
-	return api.Usage{Tenant: tenant, GPUSeconds: u[0], MemoryMiBSec: u[1]}, nil
+	return api.Usage{Tenant: tenant, GPUSeconds: u.GPUSeconds, SMSeconds: u.SMSeconds, MemoryMiBSec: u.MemoryMiBSeconds}, nil
 }

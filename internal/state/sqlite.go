@@ -91,11 +91,15 @@ var migrations = [][]string{
 			memory_mib_seconds REAL NOT NULL
 		)`,
 	},
+	// 2: SM activity per tenant (per-process utilization samples).
+	{
+		`ALTER TABLE usage ADD COLUMN sm_seconds REAL NOT NULL DEFAULT 0`,
+	},
 }
 
 // SchemaVersion is the schema version this binary writes: the number of
 // migrations (a test checks they agree).
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // SQLite is the durable Store: one SQLite database file in WAL mode,
 // written by one goroutine that group-commits concurrent Updates (see the
@@ -1036,21 +1040,22 @@ func (tx *sqlTx) EventsSince(seq int64, limit int) ([]api.Event, error) {
 	return queryList(tx, true, decodeEvent, `SELECT seq, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, seq, limit)
 }
 
-func (tx *sqlTx) AddUsage(tenant string, gpuSeconds, memoryMiBSeconds float64) error {
+func (tx *sqlTx) AddUsage(tenant string, used api.Consumption) error {
 	if err := tx.write(); err != nil {
 		return err
 	}
 	if err := checkKey("usage", tenant); err != nil {
 		return err
 	}
-	if err := checkUsage(gpuSeconds, memoryMiBSeconds); err != nil {
+	if err := checkUsage(used); err != nil {
 		return err
 	}
-	_, err := tx.r.exec(`INSERT INTO usage (tenant, gpu_seconds, memory_mib_seconds) VALUES (?, ?, ?)
+	_, err := tx.r.exec(`INSERT INTO usage (tenant, gpu_seconds, sm_seconds, memory_mib_seconds) VALUES (?, ?, ?, ?)
 		ON CONFLICT (tenant) DO UPDATE SET
 			gpu_seconds = gpu_seconds + excluded.gpu_seconds,
+			sm_seconds = sm_seconds + excluded.sm_seconds,
 			memory_mib_seconds = memory_mib_seconds + excluded.memory_mib_seconds`,
-		tenant, gpuSeconds, memoryMiBSeconds)
+		tenant, used.GPUSeconds, used.SMSeconds, used.MemoryMiBSeconds)
 	return wrap(err)
 }
 
@@ -1059,8 +1064,8 @@ func (tx *sqlTx) Usage(tenant string) (api.Usage, error) {
 		return api.Usage{}, err
 	}
 	u := api.Usage{Tenant: tenant}
-	if _, err := tx.queryRow([]any{&u.GPUSeconds, &u.MemoryMiBSec},
-		`SELECT gpu_seconds, memory_mib_seconds FROM usage WHERE tenant = ?`, tenant); err != nil {
+	if _, err := tx.queryRow([]any{&u.GPUSeconds, &u.SMSeconds, &u.MemoryMiBSec},
+		`SELECT gpu_seconds, sm_seconds, memory_mib_seconds FROM usage WHERE tenant = ?`, tenant); err != nil {
 		return api.Usage{}, err
 	}
 	return u, nil

@@ -111,6 +111,33 @@ func TestSQLiteSchemaVersion(t *testing.T) {
 	}
 }
 
+// A version-1 database (before SM-seconds) keeps its usage through the
+// migration to the current schema, with zero SM-seconds.
+func TestSQLiteMigratesUsageFromV1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := append([]string{`CREATE TABLE schema_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)`,
+		`INSERT INTO schema_version VALUES (1, 1)`}, migrations[0]...)
+	stmts = append(stmts, `INSERT INTO usage (tenant, gpu_seconds, memory_mib_seconds) VALUES ('acme', 7, 700)`)
+	for _, q := range stmts {
+		if _, err := raw.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	raw.Close()
+	s := openSQLite(t, path)
+	defer s.Close()
+	update(t, s, func(tx Tx) error { return tx.AddUsage("acme", api.Consumption{GPUSeconds: 1, SMSeconds: 0.5}) })
+	view(t, s, func(tx Tx) error {
+		u, err := tx.Usage("acme")
+		same(t, "usage after migration", u, api.Usage{Tenant: "acme", GPUSeconds: 8, SMSeconds: 0.5, MemoryMiBSec: 700})
+		return err
+	})
+}
+
 // A database with only the version table at version 0 (an interrupted first
 // open, say) is migrated.
 func TestSQLiteMigratesFromZero(t *testing.T) {

@@ -79,11 +79,11 @@ type Tx interface {
 	// limit of them (limit <= 0: all).
 	EventsSince(seq int64, limit int) ([]api.Event, error)
 
-	// AddUsage adds to a tenant's accumulated GPU-seconds and
-	// MiB-seconds (both finite and >= 0). The tenant need not exist.
-	AddUsage(tenant string, gpuSeconds, memoryMiBSeconds float64) error
-	// Usage returns a tenant's accumulated seconds (Tenant, GPUSeconds and
-	// MemoryMiBSec; zero when nothing was added). The live fields (Claims,
+	// AddUsage adds to a tenant's accumulated GPU-seconds, SM-seconds and
+	// MiB-seconds (all finite and >= 0). The tenant need not exist.
+	AddUsage(tenant string, used api.Consumption) error
+	// Usage returns a tenant's accumulated seconds (Tenant, GPUSeconds,
+	// SMSeconds and MemoryMiBSec; zero when nothing was added). The live fields (Claims,
 	// MemoryMiB, ComputePercent) are left zero for the server to fill.
 	Usage(tenant string) (api.Usage, error)
 }
@@ -159,8 +159,8 @@ func checkKey(kind, key string) error {
 	return nil
 }
 
-func checkUsage(gpuSeconds, memoryMiBSeconds float64) error {
-	for _, v := range []float64{gpuSeconds, memoryMiBSeconds} {
+func checkUsage(u api.Consumption) error {
+	for _, v := range []float64{u.GPUSeconds, u.SMSeconds, u.MemoryMiBSeconds} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return fmt.Errorf("state: usage must be finite and non-negative, got %v", v)
 		}

@@ -259,7 +259,7 @@ func populate(t testing.TB, s Store) {
 		if err := tx.AppendEvent(&api.Event{Time: t0, Kind: "claim.created", Claim: "c-0", Message: "hi"}); err != nil {
 			return err
 		}
-		return tx.AddUsage("acme", 10, 1000)
+		return tx.AddUsage("acme", api.Consumption{GPUSeconds: 10, MemoryMiBSeconds: 1000})
 	})
 }
 
@@ -624,26 +624,28 @@ func testUsage(t *testing.T, s Store) {
 		if err := tx.PutTenant(api.Tenant{Name: "acme"}); err != nil {
 			return err
 		}
-		if err := tx.AddUsage("acme", 1.5, 100); err != nil {
+		if err := tx.AddUsage("acme", api.Consumption{GPUSeconds: 1.5, SMSeconds: 0.5, MemoryMiBSeconds: 100}); err != nil {
 			return err
 		}
-		if err := tx.AddUsage("beta", 3, 0); err != nil {
+		if err := tx.AddUsage("beta", api.Consumption{GPUSeconds: 3, MemoryMiBSeconds: 0}); err != nil {
 			return err
 		}
-		for _, bad := range [][2]float64{{-1, 0}, {0, -1}, {nan(), 0}, {0, inf()}} {
-			if err := tx.AddUsage("acme", bad[0], bad[1]); err == nil {
+		for _, bad := range [][3]float64{{-1, 0, 0}, {0, -1, 0}, {nan(), 0, 0}, {0, inf(), 0}, {0, 0, -1}, {0, 0, nan()}} {
+			if err := tx.AddUsage("acme", api.Consumption{GPUSeconds: bad[0], MemoryMiBSeconds: bad[1], SMSeconds: bad[2]}); err == nil {
 				t.Errorf("AddUsage(%v) succeeded", bad)
 			}
 		}
 		return nil
 	})
-	update(t, s, func(tx Tx) error { return tx.AddUsage("acme", 2.5, 50) })
+	update(t, s, func(tx Tx) error {
+		return tx.AddUsage("acme", api.Consumption{GPUSeconds: 2.5, SMSeconds: 1.25, MemoryMiBSeconds: 50})
+	})
 	view(t, s, func(tx Tx) error {
 		u, err := tx.Usage("acme")
 		if err != nil {
 			return err
 		}
-		same(t, "usage", u, api.Usage{Tenant: "acme", GPUSeconds: 4, MemoryMiBSec: 150})
+		same(t, "usage", u, api.Usage{Tenant: "acme", GPUSeconds: 4, SMSeconds: 1.75, MemoryMiBSec: 150})
 		u, err = tx.Usage("beta")
 		same(t, "usage", u, api.Usage{Tenant: "beta", GPUSeconds: 3})
 		if err != nil {
@@ -700,10 +702,10 @@ func writeEverything(tx Tx) error {
 	if err := tx.AppendEvent(&api.Event{Kind: "x"}); err != nil {
 		return err
 	}
-	if err := tx.AddUsage("acme", 5, 5); err != nil {
+	if err := tx.AddUsage("acme", api.Consumption{GPUSeconds: 5, MemoryMiBSeconds: 5}); err != nil {
 		return err
 	}
-	return tx.AddUsage("new", 5, 5)
+	return tx.AddUsage("new", api.Consumption{GPUSeconds: 5, MemoryMiBSeconds: 5})
 }
 
 func testRollback(t *testing.T, s Store) {
@@ -808,7 +810,7 @@ func testReadOnlyAndClosedTx(t *testing.T, s Store) {
 			"PutNode":      tx.PutNode(sampleNode("x")),
 			"DeleteNode":   tx.DeleteNode("n1"),
 			"AppendEvent":  tx.AppendEvent(&api.Event{Kind: "x"}),
-			"AddUsage":     tx.AddUsage("acme", 1, 1),
+			"AddUsage":     tx.AddUsage("acme", api.Consumption{GPUSeconds: 1, MemoryMiBSeconds: 1}),
 		} {
 			if !errors.Is(err, ErrReadOnly) {
 				t.Errorf("%s in View: %v, want ErrReadOnly", name, err)
@@ -1061,7 +1063,7 @@ func testConcurrentFailures(t *testing.T, s Store) {
 					if err := tx.AppendEvent(&api.Event{Kind: "claim.created", Claim: id}); err != nil {
 						return err
 					}
-					if err := tx.AddUsage("acme", 1, 2); err != nil {
+					if err := tx.AddUsage("acme", api.Consumption{GPUSeconds: 1, MemoryMiBSeconds: 2}); err != nil {
 						return err
 					}
 					switch i % 6 {

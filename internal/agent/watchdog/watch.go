@@ -91,6 +91,11 @@ type Usage struct {
 	// GPUSeconds counts, for each of the claim's devices on which one of
 	// its processes ran at the sample, the time since the previous Watch.
 	GPUSeconds float64
+	// SMSeconds is SM activity in whole-GPU seconds: each process's
+	// sampled SM utilization (a share of the whole GPU) times the time
+	// since the previous Watch. Devices without per-process samples (MIG
+	// instances) add nothing.
+	SMSeconds float64
 	// MemoryMiBSeconds is the memory the claim's processes hold now times
 	// the time since the previous Watch.
 	MemoryMiBSeconds float64
@@ -203,12 +208,17 @@ func (w *Watcher) Watch(ctx context.Context, dev gpu.Device, claims []api.Claim,
 				return cmp.Or(cmp.Compare(b.MemoryMiB, a.MemoryMiB), cmp.Compare(a.PID, b.PID))
 			})
 			var used int64
+			sm := 0
 			for _, p := range ps {
 				used += p.MemoryMiB
+				if p.SMPercent != nil {
+					sm += *p.SMPercent
+				}
 			}
 			u := usage[h.claim.ID]
 			u.MemoryMiB += used
 			u.MemoryMiBSeconds += float64(used) * dt
+			u.SMSeconds += float64(min(sm, 100)) / 100 * dt
 			if len(ps) > 0 {
 				u.GPUSeconds += dt
 			}

@@ -92,11 +92,12 @@ func TestWatchSharedGPU(t *testing.T) {
 	if res.Err() != nil {
 		t.Fatal(res.Err())
 	}
+	quarter := 25 // the fake's SM share of each of the GPU's four processes
 	want := []watchdog.Violation{
 		{Claim: "c-1", Tenant: "t-c-1", Node: node, Device: g, PID: 101, UsedMiB: 12000, PromisedMiB: 10240, Policy: "warn",
-			Processes: []gpu.Process{{PID: 101, MemoryMiB: 12000}}},
+			Processes: []gpu.Process{{PID: 101, MemoryMiB: 12000, SMPercent: &quarter}}},
 		{Claim: "c-2", Tenant: "t-c-2", Node: node, Device: g, PID: 201, UsedMiB: 12000, PromisedMiB: 10240, Policy: "kill",
-			Processes: []gpu.Process{{PID: 201, MemoryMiB: 6000}, {PID: 202, MemoryMiB: 6000}}},
+			Processes: []gpu.Process{{PID: 201, MemoryMiB: 6000, SMPercent: &quarter}, {PID: 202, MemoryMiB: 6000, SMPercent: &quarter}}},
 	}
 	if !reflect.DeepEqual(res.Violations, want) {
 		t.Errorf("violations\n got  %+v\n want %+v", res.Violations, want)
@@ -184,6 +185,7 @@ func TestWatchMIG(t *testing.T) {
 }
 
 // Usage accumulates with the clock: GPU-seconds per busy device,
+// SM-seconds from per-process utilization (none on MIG instances),
 // MiB-seconds of the memory held; the first call measures nothing.
 func TestUsage(t *testing.T) {
 	r := newRig(t)
@@ -204,7 +206,7 @@ func TestUsage(t *testing.T) {
 	r.clk.advance(10 * time.Second)
 	res = w.Watch(context.Background(), r.m, claims, node)
 	want = []watchdog.Usage{
-		{Claim: "c-1", GPUSeconds: 20, MemoryMiBSeconds: 40000, MemoryMiB: 4000},
+		{Claim: "c-1", GPUSeconds: 20, SMSeconds: 2.5, MemoryMiBSeconds: 40000, MemoryMiB: 4000},
 		{Claim: "c-2"},
 	}
 	if !reflect.DeepEqual(res.Usage, want) {
@@ -215,11 +217,14 @@ func TestUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.start(t, g, 3, 500)
+	if err := r.m.SetProcessUtilization(1, 80); err != nil {
+		t.Fatal(err)
+	}
 	r.clk.advance(5 * time.Second)
 	res = w.Watch(context.Background(), r.m, claims, node)
 	want = []watchdog.Usage{
-		{Claim: "c-1", GPUSeconds: 5, MemoryMiBSeconds: 5000, MemoryMiB: 1000},
-		{Claim: "c-2", GPUSeconds: 5, MemoryMiBSeconds: 2500, MemoryMiB: 500},
+		{Claim: "c-1", GPUSeconds: 5, SMSeconds: 4, MemoryMiBSeconds: 5000, MemoryMiB: 1000},
+		{Claim: "c-2", GPUSeconds: 5, SMSeconds: 1.25, MemoryMiBSeconds: 2500, MemoryMiB: 500},
 	}
 	if !reflect.DeepEqual(res.Usage, want) {
 		t.Fatalf("usage %+v, want %+v", res.Usage, want)

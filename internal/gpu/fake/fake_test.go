@@ -286,8 +286,20 @@ func TestProcessMemory(t *testing.T) {
 		t.Errorf("growing to the whole GPU: %v", err)
 	}
 	ps, err := m.Processes(ctx, whole.UUID)
-	if err != nil || !slices.Equal(ps, []gpu.Process{{PID: 200, MemoryMiB: 40960}}) {
-		t.Errorf("Processes = %+v, %v", ps, err)
+	if err != nil || len(ps) != 1 || ps[0].PID != 200 || ps[0].MemoryMiB != 40960 || ps[0].SMPercent == nil || *ps[0].SMPercent != 25 {
+		t.Errorf("Processes = %+v, %v; want pid 200 with 40960 MiB at 25%% SM", ps, err)
+	}
+	if err := m.SetProcessUtilization(200, 90); err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := m.Processes(ctx, whole.UUID); len(ps) != 1 || ps[0].SMPercent == nil || *ps[0].SMPercent != 90 {
+		t.Errorf("after pinning 90%%: %+v", ps)
+	}
+	if err := m.SetProcessUtilization(999, 10); !errors.Is(err, fake.ErrNoProcess) {
+		t.Errorf("SetProcessUtilization(unknown pid) = %v", err)
+	}
+	if err := m.SetProcessUtilization(200, 101); err == nil {
+		t.Error("SetProcessUtilization(101%) succeeded")
 	}
 	// The parent of a MIG instance lists its instances' processes.
 	ps, err = m.Processes(ctx, gpus(t, m)[0].UUID)

@@ -350,7 +350,9 @@ func (m *Machine) SetComputeMode(ctx context.Context, index int, mode gpu.Comput
 }
 
 // Processes lists the processes on a GPU or a MIG instance by pid. A GPU's
-// uuid lists the processes of all its instances too.
+// uuid lists the processes of all its instances too. Processes on a GPU
+// outside MIG mode carry an SM utilization (see SetProcessUtilization);
+// in MIG mode they carry none, as with NVML.
 func (m *Machine) Processes(ctx context.Context, uuid string) ([]gpu.Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -365,6 +367,14 @@ func (m *Machine) Processes(ctx context.Context, uuid string) ([]gpu.Process, er
 	out := make([]gpu.Process, len(procs))
 	for i, p := range procs {
 		out[i] = gpu.Process{PID: p.pid, MemoryMiB: p.memMiB}
+		if d.migOn {
+			continue // like NVML: no per-process samples in MIG mode
+		}
+		sm := p.sm
+		if sm < 0 {
+			sm = min(smPerProcess, 100/len(procs))
+		}
+		out[i].SMPercent = &sm
 	}
 	return out, nil
 }

@@ -22,6 +22,7 @@ type process struct {
 	index  int    // the GPU
 	uuid   string // the GPU's uuid or a MIG instance's
 	memMiB int64
+	sm     int // pinned SM utilization, or -1 to derive it
 }
 
 // StartProcess starts a simulated process with pid on the GPU or MIG
@@ -60,7 +61,7 @@ func (m *Machine) StartProcess(uuid string, pid int, memoryMiB int64) error {
 	if err := m.checkMemory(d, in, 0, memoryMiB); err != nil {
 		return fmt.Errorf("pid %d: %w", pid, err)
 	}
-	m.procs[pid] = &process{pid: pid, index: d.index, uuid: uuid, memMiB: memoryMiB}
+	m.procs[pid] = &process{pid: pid, index: d.index, uuid: uuid, memMiB: memoryMiB, sm: -1}
 	return nil
 }
 
@@ -95,6 +96,23 @@ func (m *Machine) StopProcess(pid int) error {
 		return fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
 	}
 	delete(m.procs, pid)
+	return nil
+}
+
+// SetProcessUtilization pins the SM utilization Processes reports for a
+// process on a whole GPU, in percent of the GPU, or -1 to derive it again
+// (25 points per process on the GPU, at most an equal share of 100).
+func (m *Machine) SetProcessUtilization(pid, smPercent int) error {
+	if smPercent < -1 || smPercent > 100 {
+		return fmt.Errorf("pid %d: utilization %d: want 0..100, or -1 to derive it", pid, smPercent)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, ok := m.procs[pid]
+	if !ok {
+		return fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+	}
+	p.sm = smPercent
 	return nil
 }
 

@@ -61,6 +61,9 @@ type gpuDev struct {
 	lost    error          // why the GPU is unusable, nil when it is fine
 	fell    bool           // lost because NVML said ERROR_GPU_IS_LOST
 	table   []profileEntry // the GPU-instance profiles, read once MIG is on
+	// sampled is the newest per-process utilization sample read (NVML's
+	// CPU timestamp, µs); the next read asks only for newer ones.
+	sampled uint64
 }
 
 // mib is a mebibyte.
@@ -396,8 +399,43 @@ func (t target) processes() ([]gpu.Process, error) {
 		}
 		out = append(out, gpu.Process{PID: int(p.Pid), MemoryMiB: used})
 	}
+	if sm := t.sampleSM(); sm != nil {
+		for i := range out {
+			v := sm[out[i].PID] // no sample since the last read: idle
+			out[i].SMPercent = &v
+		}
+	}
 	slices.SortFunc(out, func(a, b gpu.Process) int { return a.PID - b.PID })
 	return out, nil
+}
+
+// sampleSM reads the per-process SM utilization samples NVML took on a
+// whole GPU since the previous read, averaged per pid. It returns nil when
+// there are none to be had: MIG devices and GPUs in MIG mode keep no
+// per-process samples (NOT_SUPPORTED), and a failed read is left to the
+// process listing to report. ERROR_NOT_FOUND means no sample is newer than
+// the last read: every process was idle.
+func (t target) sampleSM() map[int]int {
+	if t.mig {
+		return nil
+	}
+	samples, ret := t.h.GetProcessUtilization(t.g.sampled)
+	if ret == gonvml.ERROR_NOT_FOUND {
+		return map[int]int{}
+	}
+	if !ok(ret) {
+		return nil
+	}
+	sum, n := map[int]int{}, map[int]int{}
+	for _, x := range samples {
+		t.g.sampled = max(t.g.sampled, x.TimeStamp)
+		sum[int(x.Pid)] += int(min(x.SmUtil, 100))
+		n[int(x.Pid)]++
+	}
+	for pid := range sum {
+		sum[pid] /= n[pid]
+	}
+	return sum
 }
 
 // Utilization samples a GPU: SMPercent is NVML's GPU utilization and

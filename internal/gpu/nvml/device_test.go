@@ -552,3 +552,67 @@ func TestEventsGPULost(t *testing.T) {
 		t.Errorf("Processes on the lost GPU: %v", err)
 	}
 }
+
+// TestProcessUtilizationOverMock: per-process SM utilization is NVML's
+// samples since the previous read, averaged per pid; a read with no newer
+// sample reports idle processes; MIG devices report none.
+func TestProcessUtilizationOverMock(t *testing.T) {
+	m := newMockMachine(false)
+	d := openMock(t, m)
+	ctx := t.Context()
+	gs, err := d.GPUs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := gs[1]
+	for pid, mem := range map[int]int64{501: 1024, 502: 2048} {
+		if err := m.StartProcess(g.UUID, pid, mem); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.sample(1, 501, 10, 40)
+	m.sample(1, 501, 20, 60)
+	m.sample(1, 502, 20, 10)
+	m.sample(0, 502, 30, 99) // another GPU's sample is not this one's
+	sm := func() map[int]int {
+		t.Helper()
+		ps, err := d.Processes(ctx, g.UUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int]int{}
+		for _, p := range ps {
+			if p.SMPercent == nil {
+				t.Fatalf("pid %d: no SM sample on a whole GPU", p.PID)
+			}
+			out[p.PID] = *p.SMPercent
+		}
+		return out
+	}
+	if got := sm(); got[501] != 50 || got[502] != 10 {
+		t.Errorf("first read: %v, want 501:50 502:10", got)
+	}
+	if got := sm(); got[501] != 0 || got[502] != 0 {
+		t.Errorf("no newer samples: %v, want both idle", got)
+	}
+	m.sample(1, 502, 40, 80)
+	if got := sm(); got[501] != 0 || got[502] != 80 {
+		t.Errorf("third read: %v, want 501:0 502:80", got)
+	}
+
+	// A MIG device: no per-process samples.
+	if err := d.SetMIGMode(ctx, 2, true); err != nil {
+		t.Fatal(err)
+	}
+	in, err := d.CreateInstance(ctx, 2, "1g.5gb", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.StartProcess(in.UUID, 601, 512); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := d.Processes(ctx, in.UUID)
+	if err != nil || len(ps) != 1 || ps[0].SMPercent != nil {
+		t.Errorf("Processes(MIG) = %+v, %v; want one process without SM sample", ps, err)
+	}
+}

@@ -46,6 +46,9 @@ type mockMachine struct {
 	modes map[int]gonvml.ComputeMode
 	migs  map[*dgxa100.ComputeInstance]*mockMIG
 	sets  map[*mockEventSet]map[int]bool // registered GPU indexes
+	// samples are the per-process utilization samples of each GPU, as
+	// GetProcessUtilization returns them.
+	samples map[int][]gonvml.ProcessUtilizationSample
 }
 
 // mockProc is a simulated process.
@@ -73,11 +76,12 @@ type mockEventSet struct {
 
 func newMockMachine(plain bool) *mockMachine {
 	m := &mockMachine{
-		srv:   dgxa100.New(),
-		procs: map[int]mockProc{},
-		modes: map[int]gonvml.ComputeMode{},
-		migs:  map[*dgxa100.ComputeInstance]*mockMIG{},
-		sets:  map[*mockEventSet]map[int]bool{},
+		srv:     dgxa100.New(),
+		procs:   map[int]mockProc{},
+		modes:   map[int]gonvml.ComputeMode{},
+		migs:    map[*dgxa100.ComputeInstance]*mockMIG{},
+		sets:    map[*mockEventSet]map[int]bool{},
+		samples: map[int][]gonvml.ProcessUtilizationSample{},
 	}
 	m.srv.EventSetCreateFunc = m.newEventSet
 	for i, dev := range m.srv.Devices {
@@ -116,6 +120,25 @@ func (m *mockMachine) extend(index int, d *dgxa100.Device) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return m.processes(func(p mockProc) bool { return p.gpu == index }), gonvml.SUCCESS
+	}
+	// Like NVML: samples newer than the timestamp, ERROR_NOT_FOUND when
+	// there are none, NOT_SUPPORTED in MIG mode.
+	d.GetProcessUtilizationFunc = func(last uint64) ([]gonvml.ProcessUtilizationSample, gonvml.Return) {
+		if cur, _, ret := d.GetMigMode(); ret == gonvml.SUCCESS && cur == gonvml.DEVICE_MIG_ENABLE {
+			return nil, gonvml.ERROR_NOT_SUPPORTED
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		var out []gonvml.ProcessUtilizationSample
+		for _, x := range m.samples[index] {
+			if x.TimeStamp > last {
+				out = append(out, x)
+			}
+		}
+		if len(out) == 0 {
+			return nil, gonvml.ERROR_NOT_FOUND
+		}
+		return out, gonvml.SUCCESS
 	}
 	d.GetComputeModeFunc = func() (gonvml.ComputeMode, gonvml.Return) {
 		m.mu.Lock()
@@ -283,6 +306,13 @@ func (m *mockMachine) openSets() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.sets)
+}
+
+// sample records a per-process utilization sample on GPU index.
+func (m *mockMachine) sample(index, pid int, ts uint64, sm uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.samples[index] = append(m.samples[index], gonvml.ProcessUtilizationSample{Pid: uint32(pid), TimeStamp: ts, SmUtil: sm})
 }
 
 // StartProcess starts a process on a GPU or MIG device by uuid.
