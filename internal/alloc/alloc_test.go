@@ -22,3 +22,70 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A device the fleet reports as dynamic goes back to dynamic when its last
+// claim leaves: a GPU once held exclusively can be time-sliced next.
+func TestDynamicDeviceForgetsItsSharingWhenIdle(t *testing.T) {
+	f := Fleet{Nodes: []Node{{Name: "n", GPUs: []GPU{
+		{UUID: "G0", Model: "L4", Healthy: true, Sharing: Sharing{Mode: Dynamic}},
+	}}}}
+	s, err := NewState(f, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Claim{
+		{Name: "ex", Tenant: "a", Requests: []Request{{Name: "gpu", Mode: Exclusive}}},
+		{Name: "ts", Tenant: "b", Requests: []Request{{Name: "gpu", Mode: TimeSlice, MemoryMiB: 4000}}},
+		{Name: "mps", Tenant: "c", Requests: []Request{{Name: "gpu", Mode: MPS, MemoryMiB: 4000}}},
+	} {
+		a, err := s.Allocate(c)
+		if err != nil {
+			t.Fatalf("%s after the previous claim left: %v", c.Name, err)
+		}
+		if err := s.Apply(a); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(c.Name); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sh := s.Fleet().Nodes[0].GPUs[0].Sharing; sh.Mode != Dynamic {
+		t.Errorf("idle GPU reports sharing %+v, want dynamic", sh)
+	}
+}
+
+// Under spread a time-sliced claim joins the shared device with the most
+// room, not the tightest fit.
+func TestSpreadJoinsTheLoosestDevice(t *testing.T) {
+	f := Fleet{Policy: Policy{Placement: "spread"}, Nodes: []Node{{Name: "n", GPUs: []GPU{
+		{UUID: "G0", Model: "L4", Healthy: true, Sharing: Sharing{Mode: TimeSlice, Replicas: 4}},
+		{UUID: "G1", Index: 1, Model: "L4", Healthy: true, Sharing: Sharing{Mode: TimeSlice, Replicas: 4}},
+	}}}}
+	s, err := NewState(f, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	place := func(name string, mem int64, on string) string {
+		t.Helper()
+		r := Request{Name: "gpu", Mode: TimeSlice, MemoryMiB: mem}
+		if on != "" {
+			r.Selector = "device.attributes['gpu.nvidia.com'].uuid == '" + on + "'"
+		}
+		a, err := s.Allocate(&Claim{Name: name, Tenant: "a", Requests: []Request{r}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Apply(a); err != nil {
+			t.Fatal(err)
+		}
+		return a.Devices[0].GPU
+	}
+	place("big", 16000, "G0")
+	place("small", 2000, "G1")
+	if got := place("third", 2000, ""); got != "G1" {
+		t.Errorf("third claim joined %s; want G1, the shared device with more room", got)
+	}
+}

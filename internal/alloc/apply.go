@@ -147,7 +147,9 @@ func (s *State) change(gi int, ch Change) (func(), error) {
 		if _, dup := s.byUUID[id]; dup {
 			return nil, fmt.Errorf("create %s: device id %s already exists", ch.Profile, id)
 		}
-		di := s.addDevice(s.migDevice(gi, p, ch.Start, id, sh))
+		d := s.migDevice(gi, p, ch.Start, id, sh)
+		d.dynamic = true // made for a claim: no sharing of its own
+		di := s.addDevice(d)
 		g = &s.gpus[gi]
 		g.inst = append(g.inst, di)
 		g.occ = g.geo.Add(g.occ, p, ch.Start)
@@ -202,7 +204,7 @@ func (s *State) change(gi int, ch Change) (func(), error) {
 		if ch.Sharing != nil {
 			sh = *ch.Sharing
 		}
-		di := s.addDevice(devState{gpu: gi, alive: true, id: g.spec.UUID, memMiB: g.model.MemoryMiB, compute: 100, sharing: sh})
+		di := s.addDevice(devState{gpu: gi, alive: true, id: g.spec.UUID, memMiB: g.model.MemoryMiB, compute: 100, sharing: sh, dynamic: true})
 		g = &s.gpus[gi]
 		g.whole, g.migOn = di, false
 		s.byUUID[g.spec.UUID] = di
@@ -361,6 +363,9 @@ func (s *State) removeUse(di int, a *Allocation, as *Assigned) {
 	}
 	if d.clients == 0 {
 		d.mode, d.hardware, d.slots = "", false, 0
+		if d.dynamic {
+			d.sharing = Sharing{Mode: Dynamic}
+		}
 	}
 	s.gpus[d.gpu].touched--
 	s.nodes[s.gpus[d.gpu].node].touched--

@@ -27,7 +27,8 @@ func (s *State) allNodes() []int {
 // a GPU in use (the same tier) and takes no new GPU share, so the order
 // reduces to mechanism preference, then fit: the first preference with a
 // feasible device wins, and within it the join sets are walked best fit
-// first, so the first feasible device of each set is that set's best.
+// first, so under binpack the first feasible device of each set is that
+// set's best (spread, which wants the loosest fit, tries them all).
 func (s *State) bestJoin(n *need) (cand, bool) {
 	var best cand
 	found := false
@@ -46,8 +47,9 @@ func (s *State) bestJoin(n *need) (cand, bool) {
 				continue
 			}
 			// With no memory asked, the promise depends on the device
-			// (an equal share), so fit order is not free-memory order.
-			exact := n.req.MemoryMiB > 0
+			// (an equal share), so fit order is not free-memory order;
+			// spread wants the loosest fit, so it walks the whole set.
+			exact := n.req.MemoryMiB > 0 && s.policy.Placement != "spread"
 			set.from(n.req.MemoryMiB, func(di int) bool {
 				c, r := s.tryJoin(n, di, ch, rank)
 				if r == rOK && (!found || s.better(&c, &best)) {

@@ -65,6 +65,10 @@ type devState struct {
 	memMiB  int64
 	compute int // percent of a whole GPU this device has
 	sharing Sharing
+	// dynamic devices had no sharing of their own (the fleet reported
+	// Dynamic, or the allocator created them): they take the sharing of
+	// their first claim and go back to Dynamic when the last one leaves.
+	dynamic bool
 
 	// usage
 	mode     Mode // the mode serving current claims ("" when idle)
@@ -190,7 +194,7 @@ func (s *State) addGPU(ni int, g *GPU) error {
 	s.gpus = append(s.gpus, gs)
 	if !g.MIGEnabled {
 		s.gpus[gi].whole = s.addDevice(devState{gpu: gi, alive: true, id: g.UUID,
-			memMiB: model.MemoryMiB, compute: 100, sharing: g.Sharing})
+			memMiB: model.MemoryMiB, compute: 100, sharing: g.Sharing, dynamic: g.Sharing.Mode == Dynamic})
 		s.byUUID[g.UUID] = s.gpus[gi].whole
 		return nil
 	}
@@ -216,7 +220,9 @@ func (s *State) addGPU(ni int, g *GPU) error {
 			return fmt.Errorf("instance uuid %s is repeated", id)
 		}
 		p, _ := geo.Profile(in.Profile)
-		di := s.addDevice(s.migDevice(gi, p, in.Start, id, in.Sharing))
+		d := s.migDevice(gi, p, in.Start, id, in.Sharing)
+		d.dynamic = in.Sharing.Mode == Dynamic
+		di := s.addDevice(d)
 		s.gpus[gi].inst = append(s.gpus[gi].inst, di)
 		s.byUUID[id] = di
 	}
