@@ -54,6 +54,19 @@ func (srv *Server) createClaim(w http.ResponseWriter, r *http.Request, p princip
 	start := srv.cfg.Clock()
 	a, aerr := s.st.Allocate(allocClaim(&c))
 	if aerr == nil {
+		// The allocation may hand out more than was asked (a whole GPU for
+		// an exclusive claim with no memory): that is what the quota counts.
+		got := c
+		got.State, got.Allocation = api.Allocated, a
+		if err := srv.quotaRoom(tenant, charge(&got)); err != nil {
+			s.mu.Unlock()
+			var he *httpError
+			if errors.As(err, &he) {
+				he.msg += fmt.Sprintf(" (the allocation found gives %s; ask for less, or for a shared mode)", describeUse(given(a)))
+			}
+			writeError(w, err)
+			return
+		}
 		aerr = s.st.Apply(a)
 	}
 	if aerr == nil {
@@ -61,6 +74,7 @@ func (srv *Server) createClaim(w http.ResponseWriter, r *http.Request, p princip
 	} else {
 		c.Reason = aerr.Error()
 	}
+	u = charge(&c)
 	s.addUse(tenant, u, 1)
 	s.mu.Unlock()
 	err = srv.store.Update(r.Context(), func(tx state.Tx) error {
@@ -143,21 +157,35 @@ func (srv *Server) validateClaim(r *http.Request, c *api.Claim) error {
 	})
 }
 
-// checkQuota enforces the tenant's quota on what its live claims ask for;
-// the caller holds the scheduler lock.
-func (srv *Server) checkQuota(r *http.Request, tenant string, u tenantUse) error {
-	t, ok := srv.cache.tenant(tenant)
-	if !ok {
+// checkQuota enforces the tenant's quota at admission, on what the claim
+// asks for; the caller holds the scheduler lock.
+func (srv *Server) checkQuota(_ *http.Request, tenant string, u tenantUse) error {
+	if _, ok := srv.cache.tenant(tenant); !ok {
 		return errField("tenant", "tenant %q does not exist", tenant)
 	}
-	cur := srv.sched.use[tenant]
-	if t.MemoryMiB > 0 && cur.mem+u.mem > t.MemoryMiB {
-		return errStatus(http.StatusForbidden, "quota: tenant %s holds %d MiB of GPU memory and asks for %d more; its quota is %d MiB", tenant, cur.mem, u.mem, t.MemoryMiB)
+	return srv.quotaRoom(tenant, u)
+}
+
+// quotaRoom says whether the tenant's live claims (see charge) leave room
+// for u more; the caller holds the scheduler lock.
+func (srv *Server) quotaRoom(tenant string, u tenantUse) error {
+	t, ok := srv.cache.tenant(tenant)
+	if !ok {
+		return nil // deleted meanwhile; admission refuses new claims
 	}
-	if t.ComputePercent > 0 && cur.comp+u.comp > t.ComputePercent {
-		return errStatus(http.StatusForbidden, "quota: tenant %s holds %d%% compute and asks for %d%% more; its quota is %d%%", tenant, cur.comp, u.comp, t.ComputePercent)
+	cur := srv.sched.use[tenant]
+	if t.MemoryMiB > 0 && u.mem > 0 && cur.mem+u.mem > t.MemoryMiB {
+		return errStatus(http.StatusForbidden, "quota: tenant %s holds %d MiB of GPU memory and needs %d more; its quota is %d MiB", tenant, cur.mem, u.mem, t.MemoryMiB)
+	}
+	if t.ComputePercent > 0 && u.comp > 0 && cur.comp+u.comp > t.ComputePercent {
+		return errStatus(http.StatusForbidden, "quota: tenant %s holds %d%% compute and needs %d%% more; its quota is %d%%", tenant, cur.comp, u.comp, t.ComputePercent)
 	}
 	return nil
+}
+
+// describeUse says "N MiB and P% compute".
+func describeUse(u tenantUse) string {
+	return fmt.Sprintf("%d MiB and %d%% compute", u.mem, u.comp)
 }
 
 // loadClaim reads a claim the principal may see; others' claims are 404.
@@ -285,7 +313,7 @@ func (srv *Server) finish(r *http.Request, p principal, to api.ClaimState, reaso
 	if c.State.Final() {
 		return c, nil // idempotent
 	}
-	was := c.State
+	was, stored := c.State, c
 	c.State, c.Reason = to, reason
 	if err := srv.commitClaims(r.Context(), []api.Claim{c}, string(to)); err != nil {
 		return c, err
@@ -298,7 +326,7 @@ func (srv *Server) finish(r *http.Request, p principal, to api.ClaimState, reaso
 	} else if err := s.st.Release(c.ID); err != nil {
 		srv.log.Warn("release: claim was not in the allocator's state", "claim", c.ID, "err", err)
 	}
-	s.addUse(c.Tenant, asks(&c.Spec), -1)
+	s.addUse(c.Tenant, charge(&stored), -1)
 	s.changed()
 	s.mu.Unlock()
 	srv.retryPending(r.Context())

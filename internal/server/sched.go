@@ -28,7 +28,8 @@ type scheduler struct {
 	// notify is closed (and replaced) whenever a claim changes, waking
 	// long polls and event streams.
 	notify chan struct{}
-	// use is what each tenant's live claims ask for, for quotas.
+	// use is what each tenant's live claims are charged, for quotas (see
+	// charge).
 	use map[string]tenantUse
 }
 
@@ -73,6 +74,37 @@ func asks(spec *api.ClaimSpec) tenantUse {
 	}
 	return u
 }
+
+// given is what an allocation hands out: the memory and compute promised
+// on its devices (a whole GPU for an exclusive claim that asked for no
+// memory, say).
+func given(a *alloc.Allocation) tenantUse {
+	var u tenantUse
+	if a == nil {
+		return u
+	}
+	for _, d := range a.Devices {
+		u.mem += d.MemoryMiB
+		u.comp += d.ComputePercent
+	}
+	return u
+}
+
+// charge is what a claim counts against its tenant's quota: what it asks
+// for while pending; once allocated, the larger of what it asked for and
+// what it was given, per resource. A claim that asks for nothing but gets
+// a whole GPU is charged the GPU.
+func charge(c *api.Claim) tenantUse {
+	u := asks(&c.Spec)
+	if c.Allocation == nil || c.State == api.Pending {
+		return u
+	}
+	g := given(c.Allocation)
+	return tenantUse{mem: max(u.mem, g.mem), comp: max(u.comp, g.comp)}
+}
+
+// sub returns u - v.
+func (u tenantUse) sub(v tenantUse) tenantUse { return tenantUse{mem: u.mem - v.mem, comp: u.comp - v.comp} }
 
 func (s *scheduler) addUse(tenant string, u tenantUse, sign int) {
 	cur := s.use[tenant]
@@ -173,10 +205,10 @@ func (srv *Server) rebuild(ctx context.Context) error {
 	for i := range pend {
 		c := pend[i]
 		srv.sched.pending = append(srv.sched.pending, &c)
-		srv.sched.addUse(c.Tenant, asks(&c.Spec), 1)
+		srv.sched.addUse(c.Tenant, charge(&c), 1)
 	}
 	for i := range live {
-		srv.sched.addUse(live[i].Tenant, asks(&live[i].Spec), 1)
+		srv.sched.addUse(live[i].Tenant, charge(&live[i]), 1)
 	}
 	srv.sched.mu.Unlock()
 	if len(failed) > 0 {
@@ -185,11 +217,12 @@ func (srv *Server) rebuild(ctx context.Context) error {
 		}
 		srv.sched.mu.Lock()
 		for _, c := range failed {
-			srv.sched.addUse(c.Tenant, asks(&c.Spec), -1)
+			srv.sched.addUse(c.Tenant, charge(&c), -1)
 		}
 		srv.sched.mu.Unlock()
 	}
 	for _, c := range requeue {
+		held := charge(&c)
 		c.State, c.Allocation, c.Reason = api.Pending, nil, "re-queued: its node was lost or its GPU became unhealthy"
 		if err := srv.commitClaims(ctx, []api.Claim{c}, "requeued"); err != nil {
 			return err
@@ -197,6 +230,7 @@ func (srv *Server) rebuild(ctx context.Context) error {
 		srv.sched.mu.Lock()
 		cc := c
 		srv.sched.insertPending(&cc)
+		srv.sched.addUse(c.Tenant, charge(&cc).sub(held), 1) // back to what it asks
 		srv.sched.mu.Unlock()
 	}
 	srv.sched.mu.Lock()
@@ -338,12 +372,18 @@ func (srv *Server) retryPending(ctx context.Context) {
 			s.reasons[c.ID] = err.Error()
 			continue
 		}
+		done := *c
+		done.State, done.Allocation, done.Reason = api.Allocated, a, ""
+		more := charge(&done).sub(charge(c))
+		if err := srv.quotaRoom(c.Tenant, more); err != nil {
+			s.reasons[c.ID] = err.Error()
+			continue
+		}
 		if err := s.st.Apply(a); err != nil {
 			s.reasons[c.ID] = err.Error()
 			continue
 		}
-		done := *c
-		done.State, done.Allocation, done.Reason = api.Allocated, a, ""
+		s.addUse(c.Tenant, more, 1)
 		placed = append(placed, done)
 		s.removePending(c.ID)
 		delete(s.reasons, c.ID)
@@ -359,7 +399,9 @@ func (srv *Server) retryPending(ctx context.Context) {
 		for i := range placed {
 			_ = s.st.Release(placed[i].ID)
 			c := placed[i]
+			held := charge(&c)
 			c.State, c.Allocation = api.Pending, nil
+			s.addUse(c.Tenant, charge(&c).sub(held), 1)
 			s.insertPending(&c)
 		}
 		s.mu.Unlock()

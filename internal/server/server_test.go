@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -359,5 +360,67 @@ func TestMetricsAndOpenAPI(t *testing.T) {
 		if doc.Paths[p] == nil {
 			t.Errorf("openapi lacks %s", p)
 		}
+	}
+}
+
+// Quotas count what a claim is given, not only what it asks: an exclusive
+// claim that names no memory gets a whole GPU and is charged for it.
+func TestQuotaChargesWhatIsGiven(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 30000) // more than one L4 (23034 MiB), less than two
+	h.node("host-a", "l4x4")
+	var first api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &first)
+	if first.State != api.Allocated {
+		t.Fatalf("first claim %+v", first)
+	}
+	held := first.Allocation.Devices[0].MemoryMiB
+	if held < 20000 {
+		t.Fatalf("an exclusive claim was promised %d MiB, want the whole L4", held)
+	}
+	var usage []api.Usage
+	h.must(acme, "GET", "/v1/usage", nil, 200, &usage)
+	if len(usage) != 1 || usage[0].MemoryMiB != held {
+		t.Fatalf("usage %+v, want %d MiB held", usage, held)
+	}
+	code, body := h.call(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive))
+	if code != 403 || !strings.Contains(string(body), fmt.Sprintf("holds %d MiB", held)) || !strings.Contains(string(body), "the allocation found gives") {
+		t.Fatalf("second whole GPU: %d %s", code, body)
+	}
+	// A small shared claim still fits the quota.
+	var small api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &small)
+	// Releasing the whole GPU gives its charge back.
+	h.must(acme, "DELETE", "/v1/claims/"+first.ID, nil, 200, nil)
+	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, nil)
+}
+
+// A queued claim is charged what it would be given when its turn comes: if
+// that breaks the quota it stays pending and says so; others may go first.
+func TestQueuedClaimQuotaOnAllocation(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 25000)
+	beta := h.tenant("beta", 0)
+	h.node("host-a", "l4x4")
+	var betas []api.Claim
+	for range 4 {
+		var c api.Claim
+		h.must(beta, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
+		betas = append(betas, c)
+	}
+	var whole, small api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &whole)
+	h.must(acme, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &small)
+	if whole.State != api.Pending || small.State != api.Pending {
+		t.Fatalf("with every GPU taken: whole %s, small %s", whole.State, small.State)
+	}
+	h.must(beta, "DELETE", "/v1/claims/"+betas[0].ID, nil, 200, nil)
+	h.must(acme, "GET", "/v1/claims/"+small.ID+"?wait=2s&state=pending", nil, 200, &small)
+	h.must(acme, "GET", "/v1/claims/"+whole.ID, nil, 200, &whole)
+	if small.State != api.Allocated {
+		t.Fatalf("the small claim did not get the free GPU: %+v", small)
+	}
+	if whole.State != api.Pending || !strings.Contains(whole.Reason, "quota: tenant acme holds 4000 MiB") {
+		t.Fatalf("the whole-GPU claim: %s %q, want pending on its quota", whole.State, whole.Reason)
 	}
 }
