@@ -104,7 +104,9 @@ func charge(c *api.Claim) tenantUse {
 }
 
 // sub returns u - v.
-func (u tenantUse) sub(v tenantUse) tenantUse { return tenantUse{mem: u.mem - v.mem, comp: u.comp - v.comp} }
+func (u tenantUse) sub(v tenantUse) tenantUse {
+	return tenantUse{mem: u.mem - v.mem, comp: u.comp - v.comp}
+}
 
 func (s *scheduler) addUse(tenant string, u tenantUse, sign int) {
 	cur := s.use[tenant]
