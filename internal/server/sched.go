@@ -31,6 +31,13 @@ type scheduler struct {
 	// use is what each tenant's live claims are charged, for quotas (see
 	// charge).
 	use map[string]tenantUse
+	// reserved is the starving head of the queue the later claims of its
+	// priority or lower wait for (nil when the queue backfills), and
+	// fits records, per claim and fleet generation, whether a claim could
+	// fit the empty fleet at all.
+	reserved *api.Claim
+	fits     map[string]bool
+	fleetGen int
 }
 
 type tenantUse struct {
@@ -40,7 +47,7 @@ type tenantUse struct {
 
 func newScheduler() *scheduler {
 	return &scheduler{reasons: map[string]string{}, kick: make(chan struct{}, 1), notify: make(chan struct{}),
-		use: map[string]tenantUse{}}
+		use: map[string]tenantUse{}, fits: map[string]bool{}}
 }
 
 // waitChan returns a channel closed at the next change.
@@ -202,6 +209,7 @@ func (srv *Server) rebuild(ctx context.Context) error {
 	}
 	srv.sched.mu.Lock()
 	srv.sched.st = st
+	srv.sched.fits, srv.sched.reserved = map[string]bool{}, nil // a new fleet
 	srv.sched.pending = nil
 	srv.sched.use = map[string]tenantUse{}
 	for i := range pend {
@@ -359,7 +367,9 @@ func (srv *Server) retryLoop(ctx context.Context) {
 }
 
 // retryPending tries every pending claim in queue order; lower-priority
-// claims may fill room a higher one cannot use (backfill).
+// claims may fill room a higher one cannot use (backfill) until a claim
+// has waited ReserveAfter: then the claims after it of its priority or
+// lower wait for it (see Config.ReserveAfter).
 func (srv *Server) retryPending(ctx context.Context) {
 	s := srv.sched
 	s.mu.Lock()
@@ -367,11 +377,22 @@ func (srv *Server) retryPending(ctx context.Context) {
 		s.mu.Unlock()
 		return
 	}
+	now := srv.cfg.Clock()
+	s.reserved = nil
 	var placed []api.Claim
 	for _, c := range append([]*api.Claim(nil), s.pending...) {
+		if r := s.reserved; r != nil && c.Spec.Priority <= r.Spec.Priority {
+			s.reasons[c.ID] = srv.waitingBehind(r, now)
+			continue
+		}
 		a, err := s.st.Allocate(allocClaim(c))
 		if err != nil {
 			s.reasons[c.ID] = err.Error()
+			if srv.starving(c, now) {
+				s.reserved = c
+				s.reasons[c.ID] = err.Error() + fmt.Sprintf(" (waiting %s; later claims of priority %d or lower now wait for it)",
+					now.Sub(c.Created).Round(time.Second), c.Spec.Priority)
+			}
 			continue
 		}
 		done := *c
@@ -389,6 +410,7 @@ func (srv *Server) retryPending(ctx context.Context) {
 		placed = append(placed, done)
 		s.removePending(c.ID)
 		delete(s.reasons, c.ID)
+		delete(s.fits, c.ID)
 	}
 	s.mu.Unlock()
 	if len(placed) == 0 {
@@ -413,6 +435,32 @@ func (srv *Server) retryPending(ctx context.Context) {
 	s.mu.Lock()
 	s.changed()
 	s.mu.Unlock()
+}
+
+// starving says whether a pending claim has waited past ReserveAfter and
+// could fit the fleet were it empty (a claim that never fits must not
+// block the queue). The caller holds s.mu.
+func (srv *Server) starving(c *api.Claim, now time.Time) bool {
+	s := srv.sched
+	if srv.cfg.ReserveAfter < 0 || now.Sub(c.Created) < srv.cfg.ReserveAfter {
+		return false
+	}
+	fits, known := s.fits[c.ID]
+	if !known {
+		empty, err := alloc.NewState(s.st.Fleet(), nil, alloc.Options{})
+		if err == nil {
+			_, err = empty.Allocate(allocClaim(c))
+		}
+		fits = err == nil
+		s.fits[c.ID] = fits
+	}
+	return fits
+}
+
+// waitingBehind is the reason of a claim held back for a starving one.
+func (srv *Server) waitingBehind(r *api.Claim, now time.Time) string {
+	return fmt.Sprintf("waiting behind claim %s (priority %d, pending for %s): after %s the queue stops backfilling past a claim so it cannot starve",
+		r.ID, r.Spec.Priority, now.Sub(r.Created).Round(time.Second), srv.cfg.ReserveAfter)
 }
 
 // commitClaims writes claims and an event each, durably, in one update.

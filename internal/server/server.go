@@ -34,6 +34,13 @@ type Config struct {
 	// RetryInterval bounds how long a pending claim waits for a retry when
 	// nothing pokes the scheduler (default 2s).
 	RetryInterval time.Duration
+	// ReserveAfter is how long the head of the queue may wait while
+	// smaller claims behind it are placed (backfill) before the queue turns
+	// strictly ordered for it: claims of its priority or lower then wait
+	// until it is placed, so a stream of small claims cannot starve a big
+	// one. Default 5 minutes; negative: always backfill. A head that could
+	// not fit even the empty fleet never blocks the queue.
+	ReserveAfter time.Duration
 	// MaxBodyBytes bounds request bodies (default 1 MiB).
 	MaxBodyBytes int64
 	// Simulated says the local node runs on simulated GPUs; answers that
@@ -107,6 +114,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = cfg.NodeTimeout / 3
+	}
+	if cfg.ReserveAfter == 0 {
+		cfg.ReserveAfter = 5 * time.Minute
 	}
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = 2 * time.Second

@@ -72,6 +72,20 @@ func (h *harness) advance(d time.Duration) {
 }
 
 // call sends a request and returns the status and body.
+// pass lets d go by in steps shorter than the node timeout, the agents
+// heartbeating after each, so no node is marked lost on the way.
+func (h *harness) pass(d time.Duration, agents ...*agent.Agent) {
+	h.t.Helper()
+	for step := 20 * time.Second; d > 0; d -= step {
+		h.advance(min(step, d))
+		for _, a := range agents {
+			if err := a.Step(context.Background()); err != nil {
+				h.t.Fatal(err)
+			}
+		}
+	}
+}
+
 func (h *harness) call(token, method, path string, body any) (int, []byte) {
 	h.t.Helper()
 	var rd io.Reader
@@ -422,5 +436,89 @@ func TestQueuedClaimQuotaOnAllocation(t *testing.T) {
 	}
 	if whole.State != api.Pending || !strings.Contains(whole.Reason, "quota: tenant acme holds 4000 MiB") {
 		t.Fatalf("the whole-GPU claim: %s %q, want pending on its quota", whole.State, whole.Reason)
+	}
+}
+
+// A big claim at the head of the queue is not starved by a stream of small
+// ones: once it has waited ReserveAfter, claims behind it wait for it.
+func TestQueueStopsBackfillingForAStarvingClaim(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	beta := h.tenant("beta", 0)
+	carol := h.tenant("carol", 0)
+	ag, _ := h.node("host-a", "l4x4")
+	var betas []api.Claim
+	for range 3 {
+		var c api.Claim
+		h.must(beta, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
+		betas = append(betas, c)
+	}
+	two := gpuReq(0, alloc.Exclusive)
+	two.Requests[0].Count = 2
+	var big api.Claim
+	h.must(acme, "POST", "/v1/claims", two, 201, &big)
+	if big.State != api.Pending {
+		t.Fatalf("two GPUs with one free: %s", big.State)
+	}
+	// Before ReserveAfter: small claims backfill the free GPU.
+	var small api.Claim
+	h.must(carol, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &small)
+	if small.State != api.Allocated {
+		t.Fatalf("backfill before the reservation: %s %s", small.State, small.Reason)
+	}
+	h.pass(6*time.Minute, ag)
+	h.must(beta, "DELETE", "/v1/claims/"+betas[0].ID, nil, 200, nil) // frees one GPU; big needs two
+	var later api.Claim
+	h.must(carol, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &later)
+	if later.State != api.Pending || !strings.Contains(later.Reason, "waiting behind claim "+big.ID) {
+		t.Fatalf("a small claim after the reservation: %s %q, want pending behind %s", later.State, later.Reason, big.ID)
+	}
+	h.must(acme, "GET", "/v1/claims/"+big.ID, nil, 200, &big)
+	if big.State != api.Pending || !strings.Contains(big.Reason, "later claims of priority 0 or lower now wait for it") {
+		t.Fatalf("the starving claim: %s %q", big.State, big.Reason)
+	}
+	// A higher priority claim is not held back.
+	urgent := gpuReq(4000, alloc.TimeSlice)
+	urgent.Priority = 10
+	var u api.Claim
+	h.must(carol, "POST", "/v1/claims", urgent, 201, &u)
+	if u.State != api.Allocated {
+		t.Fatalf("a higher-priority claim: %s %q", u.State, u.Reason)
+	}
+	h.must(carol, "DELETE", "/v1/claims/"+u.ID, nil, 200, nil)
+	// The second GPU frees up: the starving claim gets both, then the
+	// queue backfills again.
+	h.must(beta, "DELETE", "/v1/claims/"+betas[1].ID, nil, 200, nil)
+	h.must(acme, "GET", "/v1/claims/"+big.ID+"?wait=2s&state=pending", nil, 200, &big)
+	if big.State != api.Allocated || len(big.Allocation.Devices) != 2 {
+		t.Fatalf("the starving claim after two GPUs freed: %s %q", big.State, big.Reason)
+	}
+	h.must(carol, "GET", "/v1/claims/"+later.ID+"?wait=2s&state=pending", nil, 200, &later)
+	if later.State != api.Allocated {
+		t.Fatalf("the held-back claim after the reservation ended: %s %q", later.State, later.Reason)
+	}
+}
+
+// A claim that could not fit even the empty fleet never blocks the queue.
+func TestImpossibleClaimDoesNotBlockTheQueue(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	ag, _ := h.node("host-a", "l4x4")
+	five := gpuReq(0, alloc.Exclusive)
+	five.Requests[0].Count = 5
+	var huge api.Claim
+	h.must(acme, "POST", "/v1/claims", five, 201, &huge)
+	h.pass(time.Hour, ag)
+	var tmp api.Claim // its release runs the queue
+	h.must(acme, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &tmp)
+	h.must(acme, "DELETE", "/v1/claims/"+tmp.ID, nil, 200, nil)
+	h.must(acme, "GET", "/v1/claims/"+huge.ID, nil, 200, &huge)
+	if strings.Contains(huge.Reason, "now wait for it") {
+		t.Fatalf("an impossible claim reserved the queue: %q", huge.Reason)
+	}
+	var small api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &small)
+	if small.State != api.Allocated {
+		t.Fatalf("a claim behind one that can never fit: %s %q", small.State, small.Reason)
 	}
 }
