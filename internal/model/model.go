@@ -75,8 +75,12 @@ type Workload struct {
 	// Container holds what render needs for Kubernetes objects.
 	Image string            `json:"image,omitempty"`
 	Ports []int             `json:"ports,omitempty"`
-	CPU   string            `json:"cpu,omitempty"`    // e.g. "500m"
-	Mem   string            `json:"memory,omitempty"` // e.g. "250M"
+	CPU   string            `json:"cpu,omitempty"`    // limit, e.g. "500m"
+	Mem   string            `json:"memory,omitempty"` // limit, e.g. "250M"
+	// CPURequest and MemRequest are what the scheduler reserves (compose
+	// deploy.resources.reservations); empty means the limit.
+	CPURequest string `json:"cpuRequest,omitempty"`
+	MemRequest string `json:"memoryRequest,omitempty"`
 	Env   map[string]string `json:"env,omitempty"`
 	// Autoscaling and serverless settings carried from compose.
 	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`

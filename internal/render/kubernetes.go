@@ -86,12 +86,21 @@ func deployment(wl *model.Workload, p *plan.Plan) (obj, []string) {
 	for _, k := range keys {
 		env = append(env, obj{"name": k, "value": wl.Env[k]})
 	}
+	// Requests are the reservations where given, else the limits; a
+	// limit without a request is left to Kubernetes (it defaults the
+	// request to the limit).
 	requests := obj{}
 	if wl.CPU != "" {
 		limits["cpu"], requests["cpu"] = wl.CPU, wl.CPU
 	}
+	if wl.CPURequest != "" {
+		requests["cpu"] = wl.CPURequest
+	}
 	if wl.Mem != "" {
 		limits["memory"], requests["memory"] = kubeMemory(wl.Mem), kubeMemory(wl.Mem)
+	}
+	if wl.MemRequest != "" {
+		requests["memory"] = kubeMemory(wl.MemRequest)
 	}
 	image := wl.Image
 	if image == "" {

@@ -58,7 +58,7 @@ func TestComposeSeedTimeSlicing(t *testing.T) {
 		Name: "gpuinfo", Tenant: "gpu-slicing-example-hosted-tier", Replicas: 3, MinReplicas: 1, Pool: p.Name,
 		Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 8192, Mode: alloc.TimeSlice}},
 		Image:    "ghcr.io/omnistrate-community/gpu-slicing-example:0.0.3",
-		Ports:    []int{5000}, CPU: "1", Mem: "100M",
+		Ports:    []int{5000}, CPU: "1", Mem: "100M", CPURequest: "100m", MemRequest: "50M",
 		Autoscaling: &Autoscaling{MinReplicas: 1, MaxReplicas: 3, IdleMinutesBeforeScalingDown: 2, IdleThreshold: 20,
 			OverUtilizedMinutesBeforeScalingUp: 3, OverUtilizedThreshold: 80, TargetPort: 5000, EnableAutoStop: true, MinimumNodesInPool: 1},
 		Where: Pos{File: "seed-timeslicing.yaml", Line: 13, Column: 3},

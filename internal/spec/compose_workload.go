@@ -51,6 +51,7 @@ func (c *composeFile) workload(name string, key, sn *yaml.Node, as *Autoscaling,
 		}
 	}
 	wl.CPU, wl.Mem = composeLimit(sn, "cpus"), composeLimit(sn, "memory")
+	wl.CPURequest, wl.MemRequest = composeReservation(sn, "cpus"), composeReservation(sn, "memory")
 
 	req := alloc.Request{Name: "gpu", MemoryMiB: sl.memoryMiB, ComputePercent: sl.compute, Workload: sl.workload, LatencySensitive: sl.latency}
 	if pool != nil {
@@ -161,6 +162,15 @@ func composeLimit(sn *yaml.Node, key string) string {
 		if n := composeDig(sn, "deploy", "resources", part, key); n != nil && n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
 			return n.Value
 		}
+	}
+	return ""
+}
+
+// composeReservation is the user's string for
+// deploy.resources.reservations.<key>, or "".
+func composeReservation(sn *yaml.Node, key string) string {
+	if n := composeDig(sn, "deploy", "resources", "reservations", key); n != nil && n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
+		return n.Value
 	}
 	return ""
 }

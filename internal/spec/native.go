@@ -24,7 +24,7 @@ var (
 	nativeTaintKeys    = []string{"key", "value", "effect"}
 	nativeTenantKeys   = []string{"name", "quota"}
 	nativeQuotaKeys    = []string{"memory", "compute"}
-	nativeWorkloadKeys = []string{"name", "tenant", "replicas", "pool", "isolation", "priority", "image", "ports", "cpu", "memory", "env", "gpu", "requests", "constraints"}
+	nativeWorkloadKeys = []string{"name", "tenant", "replicas", "pool", "isolation", "priority", "image", "ports", "cpu", "memory", "cpuRequest", "memoryRequest", "env", "gpu", "requests", "constraints"}
 	nativeRequestKeys  = []string{"name", "count", "memory", "compute", "mode", "profile", "selector", "workload", "latencySensitive"}
 	nativeConstrKeys   = []string{"requests", "match"}
 )

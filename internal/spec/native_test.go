@@ -26,6 +26,9 @@ func TestNativeExampleLoads(t *testing.T) {
 	if len(s.Workloads) != 5 || s.Workloads[0].Requests[0].MemoryMiB != 4096 || s.Tenants[0].MemoryMiB != 200*1024 {
 		t.Fatalf("workloads: %+v tenants %+v", s.Workloads, s.Tenants)
 	}
+	if w := s.Workloads[0]; w.CPU != "2" || w.CPURequest != "500m" || w.Mem != "4Gi" || w.MemRequest != "" {
+		t.Errorf("embedder's container resources: cpu %q/%q memory %q/%q", w.CPU, w.CPURequest, w.Mem, w.MemRequest)
+	}
 }
 
 func TestNativeErrors(t *testing.T) {

@@ -43,6 +43,8 @@ func (w *walker) nativeWorkload(n *yaml.Node, path string) Workload {
 	}
 	wl.CPU, _ = w.str(f, "cpu")
 	wl.Mem, _ = w.str(f, "memory")
+	wl.CPURequest, _ = w.str(f, "cpuRequest")
+	wl.MemRequest, _ = w.str(f, "memoryRequest")
 	if e := f.get("env"); e != nil {
 		ef := w.mapping(e, join(path, "env"))
 		wl.Env = map[string]string{}
