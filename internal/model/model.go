@@ -73,15 +73,15 @@ type Workload struct {
 	Requests    []alloc.Request    `json:"requests"`
 	Constraints []alloc.Constraint `json:"constraints,omitempty"`
 	// Container holds what render needs for Kubernetes objects.
-	Image string            `json:"image,omitempty"`
-	Ports []int             `json:"ports,omitempty"`
-	CPU   string            `json:"cpu,omitempty"`    // limit, e.g. "500m"
-	Mem   string            `json:"memory,omitempty"` // limit, e.g. "250M"
+	Image string `json:"image,omitempty"`
+	Ports []int  `json:"ports,omitempty"`
+	CPU   string `json:"cpu,omitempty"`    // limit, e.g. "500m"
+	Mem   string `json:"memory,omitempty"` // limit, e.g. "250M"
 	// CPURequest and MemRequest are what the scheduler reserves (compose
 	// deploy.resources.reservations); empty means the limit.
-	CPURequest string `json:"cpuRequest,omitempty"`
-	MemRequest string `json:"memoryRequest,omitempty"`
-	Env   map[string]string `json:"env,omitempty"`
+	CPURequest string            `json:"cpuRequest,omitempty"`
+	MemRequest string            `json:"memoryRequest,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
 	// Autoscaling and serverless settings carried from compose.
 	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`
 	Where       Pos          `json:"-"`
