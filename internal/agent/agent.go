@@ -46,6 +46,11 @@ type Config struct {
 	// CDIDir receives a CDI spec per claim for container runtimes ("" =
 	// none); MIGMinors is the nvidia-caps table ("" = the default path).
 	CDIDir, MIGMinors string
+	// Workloads, on simulated GPUs, stands in for the programs claims run:
+	// each running claim gets a simulated process per device holding the
+	// memory promised there (nil on real hosts). Without an Owner, the
+	// simulated processes' owners are known.
+	Workloads Workloads
 }
 
 // Agent keeps one node's GPUs in line with the server's allocations.
@@ -63,6 +68,7 @@ type Agent struct {
 	// next step moves them into events.
 	mu     sync.Mutex
 	health []api.Event
+	sim    *simulator // nil unless Config.Workloads
 }
 
 // New checks the config.
@@ -87,7 +93,14 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MPS != nil {
 		ignore = func(pid int) bool { _, ok := cfg.MPS.ServerPIDs()[pid]; return ok }
 	}
-	a.watch = watchdog.New(watchdog.Config{Clock: cfg.Clock, Owner: cfg.Owner, Ignore: ignore})
+	owner := cfg.Owner
+	if cfg.Workloads != nil {
+		a.sim = newSimulator(cfg.Workloads)
+		if owner == nil {
+			owner = a.sim.Owner
+		}
+	}
+	a.watch = watchdog.New(watchdog.Config{Clock: cfg.Clock, Owner: owner, Ignore: ignore})
 	return a, nil
 }
 
@@ -241,6 +254,9 @@ func (a *Agent) node(ctx context.Context, claims []api.Claim, gpus []gpu.GPU) []
 		a.events = append(a.events, rep.Events(claims, a.cfg.Name, now)...)
 	}
 	a.events = append(a.events, a.drift(claims, gpus, now)...)
+	if a.sim != nil {
+		errs = append(errs, a.sim.sync(ctx, a.cfg.Device, claims, a.cfg.Name)...)
+	}
 	res := a.watch.Watch(ctx, a.cfg.Device, claims, a.cfg.Name)
 	errs = append(errs, res.Errors...)
 	a.events = append(a.events, res.Events...)

@@ -98,11 +98,11 @@ func openDevice(simulate string, log *slog.Logger) (gpu.Device, string, error) {
 // agentDuties configures what the agent does beyond MIG layouts on this
 // device layer: on real GPUs MPS daemons, process ownership from the
 // environment and SIGKILL for policy kill; on the simulated machine its own
-// process table.
+// process table, with a simulated process for every running claim.
 func agentDuties(cfg *agent.Config, dev gpu.Device, log *slog.Logger, cdiDir string) {
 	cfg.CDIDir = cdiDir
 	if m, ok := dev.(*fake.Machine); ok {
-		cfg.Kill = m.StopProcess
+		cfg.Kill, cfg.Workloads = m.StopProcess, m
 		return
 	}
 	cfg.MPS = mps.NewManager(mps.Config{Compute: dev, Root: alloc.MPSPipeRoot, Log: log})

@@ -14,6 +14,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/server"
 )
 
@@ -367,4 +368,52 @@ func sawEvent(t *testing.T, ctx context.Context, h *harness, prefix string) bool
 		}
 	}
 	return false
+}
+
+// On simulated GPUs a running claim gets a simulated process per device
+// holding its promised memory: usage is measured, a killed process comes
+// back while the claim runs, and it stops when the claim is released.
+func TestSimulatedWorkloads(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	ag, m := h.node("host-a", "l4x4", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
+	ctx := context.Background()
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(6000, alloc.TimeSlice), 201, &c)
+	dev := c.Allocation.Devices[0].Device
+	procs := func() []gpu.Process {
+		t.Helper()
+		if err := ag.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ps, err := m.Processes(ctx, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps
+	}
+	if ps := procs(); len(ps) != 0 {
+		t.Fatalf("an allocated claim that is not running has processes: %+v", ps)
+	}
+	h.must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, nil)
+	ps := procs()
+	if len(ps) != 1 || ps[0].MemoryMiB != 6000 {
+		t.Fatalf("running claim's simulated processes: %+v, want one holding 6000 MiB", ps)
+	}
+	if err := m.StopProcess(ps[0].PID); err != nil { // as if it crashed
+		t.Fatal(err)
+	}
+	if again := procs(); len(again) != 1 || again[0].PID != ps[0].PID {
+		t.Fatalf("after a crash: %+v, want pid %d back", again, ps[0].PID)
+	}
+	h.pass(30*time.Second, ag)
+	var got api.Claim
+	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
+	if got.Used == nil || got.Used.GPUSeconds < 20 || got.Used.SMSeconds <= 0 {
+		t.Fatalf("usage of a simulated claim after 30s: %+v", got.Used)
+	}
+	h.must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
+	if ps := procs(); len(ps) != 0 {
+		t.Fatalf("a released claim's simulated process still runs: %+v", ps)
+	}
 }

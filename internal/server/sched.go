@@ -464,11 +464,16 @@ func (srv *Server) waitingBehind(r *api.Claim, now time.Time) string {
 }
 
 // commitClaims writes claims and an event each, durably, in one update.
+// A claim's Used is the heartbeats' to write: the stored one is kept, so
+// a copy read before a heartbeat does not lose what it added.
 func (srv *Server) commitClaims(ctx context.Context, cs []api.Claim, kind string) error {
 	now := srv.cfg.Clock()
 	return srv.store.Update(ctx, func(tx state.Tx) error {
 		for i := range cs {
 			cs[i].Updated = now
+			if old, err := tx.GetClaim(cs[i].ID); err == nil {
+				cs[i].Used = old.Used
+			}
 			if err := tx.UpdateClaim(cs[i]); err != nil {
 				return err
 			}

@@ -133,7 +133,7 @@ func (h *harness) tenant(name string, quotaMiB int64) string {
 
 // node registers a simulated machine through the real agent and returns
 // the agent (Step reconciles and heartbeats).
-func (h *harness) node(name, preset string) (*agent.Agent, *fake.Machine) {
+func (h *harness) node(name, preset string, opts ...func(*agent.Config, *fake.Machine)) (*agent.Agent, *fake.Machine) {
 	h.t.Helper()
 	var tok api.Token
 	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent}, 201, &tok)
@@ -153,8 +153,12 @@ func (h *harness) node(name, preset string) (*agent.Agent, *fake.Machine) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	a, err := agent.New(agent.Config{Name: name, Client: c, Device: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Clock: h.clock, Kill: m.StopProcess, MemoryGrace: 10 * time.Second})
+	cfg := agent.Config{Name: name, Client: c, Device: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Clock: h.clock, Kill: m.StopProcess, MemoryGrace: 10 * time.Second}
+	for _, o := range opts {
+		o(&cfg, m)
+	}
+	a, err := agent.New(cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
