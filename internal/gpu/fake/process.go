@@ -73,9 +73,9 @@ func (m *Machine) SetProcessMemory(pid int, memoryMiB int64) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p, ok := m.procs[pid]
-	if !ok {
-		return fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+	p, err := m.process(pid)
+	if err != nil {
+		return err
 	}
 	d, in, err := m.lookup(p.uuid)
 	if err != nil {
@@ -92,11 +92,20 @@ func (m *Machine) SetProcessMemory(pid int, memoryMiB int64) error {
 func (m *Machine) StopProcess(pid int) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.procs[pid]; !ok {
-		return fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+	if _, err := m.process(pid); err != nil {
+		return err
 	}
 	delete(m.procs, pid)
 	return nil
+}
+
+// process finds a running process. m.mu must be held.
+func (m *Machine) process(pid int) (*process, error) {
+	p, ok := m.procs[pid]
+	if !ok {
+		return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+	}
+	return p, nil
 }
 
 // SetProcessUtilization pins the SM utilization Processes reports for a
@@ -108,9 +117,9 @@ func (m *Machine) SetProcessUtilization(pid, smPercent int) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p, ok := m.procs[pid]
-	if !ok {
-		return fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+	p, err := m.process(pid)
+	if err != nil {
+		return err
 	}
 	p.sm = smPercent
 	return nil
