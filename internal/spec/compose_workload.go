@@ -52,6 +52,20 @@ func (c *composeFile) workload(name string, key, sn *yaml.Node, as *Autoscaling,
 	}
 	wl.CPU, wl.Mem = composeLimit(sn, "cpus"), composeLimit(sn, "memory")
 	wl.CPURequest, wl.MemRequest = composeReservation(sn, "cpus"), composeReservation(sn, "memory")
+	if svc != nil && svc.Deploy != nil {
+		// compose-go parsed both; Kubernetes refuses a request above its limit.
+		lim, res := svc.Deploy.Resources.Limits, svc.Deploy.Resources.Reservations
+		if lim != nil && res != nil && lim.NanoCPUs > 0 && res.NanoCPUs > lim.NanoCPUs {
+			n := composeDig(sn, "deploy", "resources", "reservations", "cpus")
+			w.errorf(n, path+".deploy.resources.reservations.cpus", "at most the limit, "+wl.CPU,
+				"reservations.cpus %s is more than limits.cpus %s; Kubernetes refuses a request above its limit", wl.CPURequest, wl.CPU)
+		}
+		if lim != nil && res != nil && lim.MemoryBytes > 0 && res.MemoryBytes > lim.MemoryBytes {
+			n := composeDig(sn, "deploy", "resources", "reservations", "memory")
+			w.errorf(n, path+".deploy.resources.reservations.memory", "at most the limit, "+wl.Mem,
+				"reservations.memory %s is more than limits.memory %s; Kubernetes refuses a request above its limit", wl.MemRequest, wl.Mem)
+		}
+	}
 
 	req := alloc.Request{Name: "gpu", MemoryMiB: sl.memoryMiB, ComputePercent: sl.compute, Workload: sl.workload, LatencySensitive: sl.latency}
 	if pool != nil {

@@ -63,6 +63,13 @@ workloads:
 `, []string{`pools[0].sharing.replicas: 0 is out of range (want 1..64)`, `workloads[0].gpu.memory: "10 gigs" is not a size`,
 			`workloads[0].gpu.compute: 150 is out of range (want 0..100)`, `workloads[0].gpu.mode: "turbo"`, `pool "b" does not exist (pools: [a])`}},
 		"bad yaml": {"apiVersion: gpuslice.dev/v1alpha1\npools: [\n", []string{"x.yaml:2: error: YAML syntax"}},
+		"container resources": {`apiVersion: gpuslice.dev/v1alpha1
+pools: [{name: a, gpu: L4}]
+workloads:
+  - {name: w, cpu: "2", cpuRequest: 2500m, memory: 4GB, gpu: {memory: 1GiB}}
+  - {name: v, cpu: "0.5", cpuRequest: 500m, memory: 1Gi, memoryRequest: 2Gi, gpu: {memory: 1GiB}}
+`, []string{`workloads[0].cpuRequest: cpuRequest 2500m is more than cpu 2`, `workloads[0].memory: "4GB"`, `4Gi`,
+			`workloads[1].memoryRequest: memoryRequest 2Gi is more than memory 1Gi`}},
 		"hardware timeslice": {`apiVersion: gpuslice.dev/v1alpha1
 pools: [{name: a, gpu: L4}]
 workloads:

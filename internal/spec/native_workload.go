@@ -2,7 +2,9 @@ package spec
 
 import (
 	"fmt"
+	"math/big"
 	"sort"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -41,10 +43,12 @@ func (w *walker) nativeWorkload(n *yaml.Node, path string) Workload {
 		}
 		wl.Ports = append(wl.Ports, port)
 	}
-	wl.CPU, _ = w.str(f, "cpu")
-	wl.Mem, _ = w.str(f, "memory")
-	wl.CPURequest, _ = w.str(f, "cpuRequest")
-	wl.MemRequest, _ = w.str(f, "memoryRequest")
+	wl.CPU = w.kubeQuantity(f, "cpu", 1000) // in millicores
+	wl.Mem = w.kubeQuantity(f, "memory", 1)
+	wl.CPURequest = w.kubeQuantity(f, "cpuRequest", 1000)
+	wl.MemRequest = w.kubeQuantity(f, "memoryRequest", 1)
+	w.requestWithinLimit(f, "cpuRequest", "cpu", 1000)
+	w.requestWithinLimit(f, "memoryRequest", "memory", 1)
 	if e := f.get("env"); e != nil {
 		ef := w.mapping(e, join(path, "env"))
 		wl.Env = map[string]string{}
@@ -201,4 +205,60 @@ func keys(m map[string]bool) string {
 		return "(none)"
 	}
 	return fmt.Sprint(out)
+}
+
+// kubeQuantity reads a container resource as a Kubernetes quantity
+// ("500m", "2", "4Gi") and reports a malformed one with a hint.
+func (w *walker) kubeQuantity(f *fields, key string, scale int64) string {
+	v, present := w.str(f, key)
+	if !present || v == "" {
+		return v
+	}
+	if _, err := quantityScaled(v, scale); err != nil {
+		w.errorf(f.get(key), join(f.path, key), "a Kubernetes quantity such as 500m, 2, 512Mi or 4Gi", "%v", err)
+	}
+	return v
+}
+
+// requestWithinLimit reports a request above its limit, which Kubernetes
+// refuses.
+func (w *walker) requestWithinLimit(f *fields, reqKey, limitKey string, scale int64) {
+	rn, ln := f.get(reqKey), f.get(limitKey)
+	if rn == nil || ln == nil {
+		return
+	}
+	r, err1 := quantityScaled(rn.Value, scale)
+	l, err2 := quantityScaled(ln.Value, scale)
+	if err1 == nil && err2 == nil && r > l {
+		w.errorf(rn, join(f.path, reqKey), fmt.Sprintf("at most %s = %s", limitKey, ln.Value),
+			"%s %s is more than %s %s; Kubernetes refuses a request above its limit", reqKey, rn.Value, limitKey, ln.Value)
+	}
+}
+
+// quantityScaled parses a Kubernetes quantity times scale (1000 reads CPU
+// in millicores), rounded up.
+func quantityScaled(s string, scale int64) (int64, error) {
+	if scale == 1 {
+		return ParseKubeQuantity(s)
+	}
+	if _, err := ParseKubeQuantity(s); err != nil {
+		return 0, err
+	}
+	r, ok := new(big.Rat).SetString(strings.TrimSuffix(s, "m"))
+	if !ok { // a binary or decimal suffix: whole units are precise enough
+		v, _ := ParseKubeQuantity(s)
+		return v * scale, nil
+	}
+	if strings.HasSuffix(s, "m") {
+		return ceilRat(r), nil
+	}
+	return ceilRat(r.Mul(r, big.NewRat(scale, 1))), nil
+}
+
+func ceilRat(r *big.Rat) int64 {
+	q := new(big.Int).Quo(r.Num(), r.Denom())
+	if new(big.Rat).SetInt(q).Cmp(r) < 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return q.Int64()
 }
