@@ -229,6 +229,9 @@ func claimTable(c api.Claim) *table {
 	if c.QueuePosition > 0 {
 		t.notes = append(t.notes, fmt.Sprintf("queue position: %d", c.QueuePosition))
 	}
+	if u := c.Used; u != nil {
+		t.notes = append(t.notes, fmt.Sprintf("used: %.0f GPU-seconds, %.1f SM-seconds, %.0f MiB-seconds", u.GPUSeconds, u.SMSeconds, u.MemoryMiBSeconds))
+	}
 	if c.Allocation != nil {
 		for _, k := range sortedKeys(c.Allocation.Env) {
 			t.notes = append(t.notes, fmt.Sprintf("env %s=%s", k, c.Allocation.Env[k]))
