@@ -36,6 +36,13 @@ type harness struct {
 
 func newHarness(t *testing.T, store state.Store) *harness {
 	t.Helper()
+	return newHarnessRun(t, store, true)
+}
+
+// newHarnessRun is newHarness; without run no background loop runs, and
+// the test drives them with Server.Tick.
+func newHarnessRun(t *testing.T, store state.Store, run bool) *harness {
+	t.Helper()
 	h := &harness{t: t, now: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
 	if store == nil {
 		store = state.NewMemory()
@@ -47,7 +54,9 @@ func newHarness(t *testing.T, store state.Store) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Run(ctx)
+	if run {
+		srv.Run(ctx)
+	}
 	h.srv = srv
 	h.http = httptest.NewServer(srv.Handler())
 	t.Cleanup(h.http.Close)
