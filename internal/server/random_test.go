@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,12 +14,14 @@ import (
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/server"
+	"github.com/gpuslice/gpuslice/internal/state"
 )
 
 // Random sequences of what users, agents and time do to a server — claims
 // of every mode created and released under quotas, claims started, agents
 // reconciling and heartbeating, nodes going silent and coming back, fatal
-// XIDs — with Server.Check after every step: the allocator's rules, the
+// XIDs — on the memory and the SQLite store, with Server.Check after every
+// step: the allocator's rules, the
 // store and the scheduler agree, and the quota counters equal the charges
 // of the stored claims.
 func TestRandomServerSequences(t *testing.T) {
@@ -40,7 +43,16 @@ type randNode struct {
 
 func randomServerRun(t *testing.T, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 99))
-	h := newHarnessRun(t, nil, false)
+	var store state.Store // odd seeds: the durable SQLite store
+	if seed%2 == 1 {
+		db, err := state.OpenSQLite(filepath.Join(t.TempDir(), "state.db"), state.SQLiteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		store = db
+	}
+	h := newHarnessRun(t, store, false)
 	ctx := context.Background()
 	tenants := map[string]string{}
 	for name, quota := range map[string]int64{"acme": 60000, "beta": 0, "carol": 25000} {
