@@ -21,9 +21,8 @@ import (
 // of every mode created and released under quotas, claims started, agents
 // reconciling and heartbeating, nodes going silent and coming back, fatal
 // XIDs — on the memory and the SQLite store, with Server.Check after every
-// step: the allocator's rules, the
-// store and the scheduler agree, and the quota counters equal the charges
-// of the stored claims.
+// step: the allocator's rules hold, the store and the scheduler agree, and
+// the quota counters equal the charges of the stored claims.
 func TestRandomServerSequences(t *testing.T) {
 	seeds, steps := 12, 150
 	if testing.Short() {
