@@ -20,7 +20,7 @@ import (
 // Random sequences of what users, agents and time do to a server — claims
 // of every mode created and released under quotas, claims started, agents
 // reconciling and heartbeating, nodes going silent and coming back, fatal
-// XIDs — on the memory and the SQLite store, with Server.Check after every
+// XIDs, server restarts — on the memory and the SQLite store, with Server.Check after every
 // step: the allocator's rules hold, the store and the scheduler agree, and
 // the quota counters equal the charges of the stored claims.
 func TestRandomServerSequences(t *testing.T) {
@@ -145,6 +145,10 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 				t.Fatal(err)
 			}
 			heartbeat()
+		case op < 38:
+			h.restart()
+			what = "server restart"
+			stats["restart"]++
 		default:
 			what = "tick"
 		}

@@ -26,12 +26,14 @@ import (
 // harness is a real server over HTTP on a memory store, with a fake
 // clock, and helpers to act as admin, tenants and agents.
 type harness struct {
-	t     *testing.T
-	srv   *server.Server
-	http  *httptest.Server
-	admin string
-	now   time.Time
-	mu    sync.Mutex
+	t       *testing.T
+	cfg     server.Config
+	srv     *server.Server
+	handler http.Handler // srv's, swapped by restart
+	http    *httptest.Server
+	admin   string
+	now     time.Time
+	mu      sync.Mutex
 }
 
 func newHarness(t *testing.T, store state.Store) *harness {
@@ -49,16 +51,22 @@ func newHarnessRun(t *testing.T, store state.Store, run bool) *harness {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	srv, err := server.New(ctx, server.Config{Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Clock: h.clock, NodeTimeout: 30 * time.Second, SweepInterval: 10 * time.Millisecond, RetryInterval: 20 * time.Millisecond})
+	h.cfg = server.Config{Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Clock: h.clock, NodeTimeout: 30 * time.Second, SweepInterval: 10 * time.Millisecond, RetryInterval: 20 * time.Millisecond}
+	srv, err := server.New(ctx, h.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if run {
 		srv.Run(ctx)
 	}
-	h.srv = srv
-	h.http = httptest.NewServer(srv.Handler())
+	h.srv, h.handler = srv, srv.Handler()
+	h.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		hd := h.handler
+		h.mu.Unlock()
+		hd.ServeHTTP(w, r)
+	}))
 	t.Cleanup(h.http.Close)
 	tok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
 	if err != nil {
@@ -66,6 +74,19 @@ func newHarnessRun(t *testing.T, store state.Store, run bool) *harness {
 	}
 	h.admin = tok.Secret
 	return h
+}
+
+// restart replaces the server with a new one over the same store, as
+// after a crash; the URL stays, so agents and tokens carry on.
+func (h *harness) restart() {
+	h.t.Helper()
+	srv, err := server.New(context.Background(), h.cfg)
+	if err != nil {
+		h.t.Fatalf("restarting: %v", err)
+	}
+	h.mu.Lock()
+	h.srv, h.handler = srv, srv.Handler()
+	h.mu.Unlock()
 }
 
 func (h *harness) clock() time.Time {
