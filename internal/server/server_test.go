@@ -462,7 +462,10 @@ func TestQueuedClaimQuotaOnAllocation(t *testing.T) {
 	if whole.State != api.Pending || small.State != api.Pending {
 		t.Fatalf("with every GPU taken: whole %s, small %s", whole.State, small.State)
 	}
+	// Two GPUs free up: the small claim takes one; the whole-GPU claim
+	// would fit the other, but not its tenant's quota — on every retry.
 	h.must(beta, "DELETE", "/v1/claims/"+betas[0].ID, nil, 200, nil)
+	h.must(beta, "DELETE", "/v1/claims/"+betas[1].ID, nil, 200, nil)
 	h.must(acme, "GET", "/v1/claims/"+small.ID+"?wait=2s&state=pending", nil, 200, &small)
 	h.must(acme, "GET", "/v1/claims/"+whole.ID, nil, 200, &whole)
 	if small.State != api.Allocated {
