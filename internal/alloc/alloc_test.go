@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -87,5 +88,20 @@ func TestSpreadJoinsTheLoosestDevice(t *testing.T) {
 	place("small", 2000, "G1")
 	if got := place("third", 2000, ""); got != "G1" {
 		t.Errorf("third claim joined %s; want G1, the shared device with more room", got)
+	}
+}
+
+func TestSelectorNames(t *testing.T) {
+	attrs, caps, err := SelectorNames(`device.attributes['gpu.nvidia.com'].model == 'A100-40GB' && ` +
+		`device.attributes["gpu.nvidia.com"]['memoryMiB'] >= 40000 && node.labels['zone'] == 'a' && ` +
+		`device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('10Gi')) >= 0 && device.attributes['gpu.nvidia.com'].model != ''`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(attrs, []string{"model", "memoryMiB"}) || !slices.Equal(caps, []string{"memory"}) {
+		t.Errorf("attributes %v capacities %v", attrs, caps)
+	}
+	if _, _, err := SelectorNames("device.attributes[ "); err == nil {
+		t.Error("a broken selector parsed")
 	}
 }

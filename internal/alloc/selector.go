@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
 )
 
 // Selectors are CEL expressions, as in Kubernetes DRA, over two variables:
@@ -212,4 +213,59 @@ func firstOr(xs []string, def string) string {
 		return xs[0]
 	}
 	return def
+}
+
+// SelectorNames lists the attribute and capacity names a selector reads
+// under the driver ("device.attributes['gpu.nvidia.com'].model" gives
+// attribute "model"), each once, in order of appearance. Renderers use it
+// to tell which names another driver does not publish.
+func SelectorNames(expr string) (attributes, capacities []string, err error) {
+	env, err := celEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	parsed, iss := env.Parse(expr)
+	if iss.Err() != nil {
+		return nil, nil, fmt.Errorf("selector %q: %w", expr, iss.Err())
+	}
+	seen := map[string]bool{}
+	celast.PreOrderVisit(parsed.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		path := memberPath(e)
+		if len(path) != 4 || path[0] != "device" || path[2] != driverName || seen[path[1]+"/"+path[3]] {
+			return
+		}
+		seen[path[1]+"/"+path[3]] = true
+		switch path[1] {
+		case "attributes":
+			attributes = append(attributes, path[3])
+		case "capacity":
+			capacities = append(capacities, path[3])
+		}
+	}))
+	return attributes, capacities, nil
+}
+
+// memberPath flattens a chain of field selections and constant string
+// indexes from an identifier ("device", "attributes", "gpu.nvidia.com",
+// "model"); nil when e is not such a chain.
+func memberPath(e celast.Expr) []string {
+	switch e.Kind() {
+	case celast.IdentKind:
+		return []string{e.AsIdent()}
+	case celast.SelectKind:
+		s := e.AsSelect()
+		if p := memberPath(s.Operand()); p != nil {
+			return append(p, s.FieldName())
+		}
+	case celast.CallKind:
+		c := e.AsCall()
+		if c.FunctionName() != "_[_]" || len(c.Args()) != 2 || c.Args()[1].Kind() != celast.LiteralKind {
+			return nil
+		}
+		key, ok := c.Args()[1].AsLiteral().Value().(string)
+		if p := memberPath(c.Args()[0]); p != nil && ok {
+			return append(p, key)
+		}
+	}
+	return nil
 }

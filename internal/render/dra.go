@@ -2,6 +2,7 @@ package render
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -103,7 +104,9 @@ func claimTemplate(wl *model.Workload, p *plan.Plan) (obj, []string) {
 		}
 		if r.Selector != "" {
 			sel = append(sel, "("+r.Selector+")")
-			notes = append(notes, fmt.Sprintf("request %s keeps its selector; attribute names are gpuslice's (check them against the driver's ResourceSlices)", r.Name))
+			if n := foreignNames(r.Selector); n != "" {
+				notes = append(notes, fmt.Sprintf("request %s: its selector reads %s, which NVIDIA's DRA driver does not publish; rewrite it before applying (model → productName, memoryMiB → capacity memory)", r.Name, n))
+			}
 		}
 		if r.MemoryMiB > 0 && !placed && profile == "" {
 			sel = append(sel, fmt.Sprintf("device.capacity['%s'].memory.compareTo(quantity('%s')) >= 0", gpuClass, quantityMiB(r.MemoryMiB)))
@@ -198,4 +201,33 @@ func sharingConfig(r alloc.Request, mode alloc.Mode, got alloc.Assigned, class s
 		return obj{"apiVersion": nvidiaConfig, "kind": kind, "sharing": obj{"strategy": "MPS", "mpsConfig": mps}}
 	}
 	return nil
+}
+
+// nvidiaAttributes and nvidiaCapacities are the names NVIDIA's DRA driver
+// publishes on its devices (k8s-dra-driver-gpu, deviceinfo.go and mig.go).
+var (
+	nvidiaAttributes = []string{"type", "uuid", "productName", "brand", "architecture", "cudaComputeCapability",
+		"driverVersion", "cudaDriverVersion", "addressingMode", "profile", "parentUUID", "gpuModuleID"}
+	nvidiaCapacities = []string{"memory", "multiprocessors", "copyEngines", "decoders", "encoders", "jpegEngines", "ofaEngines"}
+)
+
+// foreignNames lists the gpu.nvidia.com attributes and capacities a
+// selector reads that NVIDIA's driver does not publish ("" when none).
+func foreignNames(selector string) string {
+	attrs, caps, err := alloc.SelectorNames(selector)
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, a := range attrs {
+		if !slices.Contains(nvidiaAttributes, a) {
+			out = append(out, "attribute "+a)
+		}
+	}
+	for _, c := range caps {
+		if !slices.Contains(nvidiaCapacities, c) {
+			out = append(out, "capacity "+c)
+		}
+	}
+	return strings.Join(out, ", ")
 }

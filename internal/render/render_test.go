@@ -112,3 +112,18 @@ func TestDRARoundTrip(t *testing.T) {
 		t.Fatalf("round-tripped spec does not place: %+v", p2.Unplaced)
 	}
 }
+
+// A DRA selector keeps gpuslice's attribute names; the render names those
+// NVIDIA's driver does not publish.
+func TestForeignSelectorNames(t *testing.T) {
+	for sel, want := range map[string]string{
+		"device.attributes['gpu.nvidia.com'].model == 'A100-40GB'":                                               "attribute model",
+		"device.attributes['gpu.nvidia.com'].productName == 'NVIDIA A100-SXM4-40GB'":                             "",
+		"device.capacity['gpu.nvidia.com'].memoryMiB >= 40000 && device.attributes['gpu.nvidia.com'].index == 0": "attribute index, capacity memoryMiB",
+		"device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0":                              "",
+	} {
+		if got := foreignNames(sel); got != want {
+			t.Errorf("%s: %q, want %q", sel, got, want)
+		}
+	}
+}
