@@ -211,6 +211,11 @@ func (a *Agent) Step(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	if a.sim != nil {
+		// Before the layout: a released claim's simulated process must not
+		// keep its instance busy when the plan destroys it.
+		errs = append(errs, a.sim.sync(ctx, a.cfg.Device, claims, a.cfg.Name)...)
+	}
 	for _, act := range Plan(claims, a.cfg.Name) {
 		if err := a.apply(ctx, act); err != nil {
 			errs = append(errs, err)
@@ -254,9 +259,6 @@ func (a *Agent) node(ctx context.Context, claims []api.Claim, gpus []gpu.GPU) []
 		a.events = append(a.events, rep.Events(claims, a.cfg.Name, now)...)
 	}
 	a.events = append(a.events, a.drift(claims, gpus, now)...)
-	if a.sim != nil {
-		errs = append(errs, a.sim.sync(ctx, a.cfg.Device, claims, a.cfg.Name)...)
-	}
 	res := a.watch.Watch(ctx, a.cfg.Device, claims, a.cfg.Name)
 	errs = append(errs, res.Errors...)
 	a.events = append(a.events, res.Events...)

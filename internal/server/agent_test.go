@@ -417,3 +417,48 @@ func TestSimulatedWorkloads(t *testing.T) {
 		t.Fatalf("a released claim's simulated process still runs: %+v", ps)
 	}
 }
+
+// A released claim's simulated process goes before the layout changes of
+// the same step, so a new claim can evict its instance at once.
+func TestSimulatedProcessStopsBeforeEviction(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	ag, m := h.node("host-a", "mixed", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
+	ctx := context.Background()
+	mig := func(profile string) server.CreateClaimRequest {
+		return server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: profile}}}}
+	}
+	var x, y, z api.Claim
+	h.must(acme, "POST", "/v1/claims", mig("7g.40gb"), 201, &x)
+	h.must(acme, "POST", "/v1/claims", mig("3g.20gb"), 201, &y)
+	if err := ag.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.must(acme, "POST", "/v1/claims/"+y.ID+"/running", nil, 200, nil)
+	if err := ag.Step(ctx); err != nil { // y's simulated process starts
+		t.Fatal(err)
+	}
+	h.must(acme, "DELETE", "/v1/claims/"+y.ID, nil, 200, nil)
+	h.must(acme, "POST", "/v1/claims", mig("7g.40gb"), 201, &z)
+	if z.State != api.Allocated {
+		t.Fatalf("z: %s %s", z.State, z.Reason)
+	}
+	if err := ag.Step(ctx); err != nil {
+		t.Fatalf("the step that evicts y's instance: %v", err)
+	}
+	gpus, err := m.GPUs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sevens := 0
+	for _, g := range gpus {
+		for _, in := range g.Instances {
+			if in.Profile == "7g.40gb" {
+				sevens++
+			}
+		}
+	}
+	if sevens != 2 {
+		t.Fatalf("after one step: %d 7g.40gb instances, want 2 (%+v)", sevens, gpus)
+	}
+}
