@@ -21,10 +21,7 @@ func (srv *Server) Check(ctx context.Context) error {
 	var live, pend []api.Claim
 	err := srv.store.View(ctx, func(tx state.Tx) error {
 		var err error
-		if live, err = tx.ListClaims(state.ClaimFilter{States: []api.ClaimState{api.Allocated, api.Running}}); err != nil {
-			return err
-		}
-		pend, err = tx.ListClaims(state.ClaimFilter{States: []api.ClaimState{api.Pending}})
+		live, pend, err = liveAndPending(tx)
 		return err
 	})
 	if err != nil {

@@ -151,10 +151,7 @@ func (srv *Server) rebuild(ctx context.Context) error {
 		if nodes, err = tx.ListNodes(); err != nil {
 			return err
 		}
-		if live, err = tx.ListClaims(state.ClaimFilter{States: []api.ClaimState{api.Allocated, api.Running}}); err != nil {
-			return err
-		}
-		pend, err = tx.ListClaims(state.ClaimFilter{States: []api.ClaimState{api.Pending}})
+		live, pend, err = liveAndPending(tx)
 		return err
 	})
 	if err != nil {
@@ -249,6 +246,16 @@ func (srv *Server) rebuild(ctx context.Context) error {
 	srv.sched.mu.Unlock()
 	srv.sched.poke()
 	return nil
+}
+
+// liveAndPending lists the claims holding devices (allocated or running)
+// and the queued ones.
+func liveAndPending(tx state.Tx) (live, pend []api.Claim, err error) {
+	if live, err = tx.ListClaims(state.ClaimFilter{States: []api.ClaimState{api.Allocated, api.Running}}); err != nil {
+		return nil, nil, err
+	}
+	pend, err = tx.ListClaims(state.ClaimFilter{States: []api.ClaimState{api.Pending}})
+	return live, pend, err
 }
 
 // onSickGPU returns the first unhealthy GPU an allocation uses, or "".
