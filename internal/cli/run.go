@@ -201,7 +201,9 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&name, "node", hostName(), "node name (as serve's --node and run's --node)")
 	cmd.Flags().StringVar(&name, "name", hostName(), "node name")
+	_ = cmd.Flags().MarkDeprecated("name", "use --node")
 	cmd.Flags().StringVar(&simulate, "simulate", "", "simulate GPUs: a preset or a YAML file")
 	cmd.Flags().DurationVar(&interval, "interval", 5*time.Second, "heartbeat interval")
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
