@@ -103,7 +103,7 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 			state = grown
 		}
 	}
-	p.fill(pools, state, cat)
+	p.fill(s, pools, state, cat)
 	p.warn(s, pools, state)
 	return p, nil
 }
@@ -191,8 +191,34 @@ func replicas(s *model.Spec) []replica {
 			out = append(out, replica{wl: wl, n: n, claim: c})
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].wl.Priority > out[j].wl.Priority })
+	// Highest priority first; within a priority the biggest replicas first
+	// (first-fit decreasing: small ones fill the gaps big ones leave), a
+	// workload's replicas staying together.
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.wl.Priority != b.wl.Priority {
+			return a.wl.Priority > b.wl.Priority
+		}
+		sa, sb := size(a.wl), size(b.wl)
+		if sa[0] != sb[0] {
+			return sa[0] > sb[0]
+		}
+		return sa[1] > sb[1]
+	})
 	return out
+}
+
+// size orders workloads for first-fit decreasing: the memory of one
+// replica, then its compute (a MIG profile counts as asked: its memory
+// and compute are filled in by the reader).
+func size(wl *model.Workload) [2]int64 {
+	var s [2]int64
+	for _, r := range wl.Requests {
+		n := int64(max(r.Count, 1))
+		s[0] += r.MemoryMiB * n
+		s[1] += int64(r.ComputePercent) * n
+	}
+	return s
 }
 
 // build makes the simulated fleet: the nodes of every pool, keeping the

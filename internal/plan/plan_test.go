@@ -4,6 +4,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/spec"
 )
 
@@ -41,5 +44,42 @@ func TestExamplePlan(t *testing.T) {
 	}
 	if len(p.Unplaced) > 0 {
 		t.Fatalf("%d unplaced", len(p.Unplaced))
+	}
+}
+
+// The dedicated baseline gives each device the cheapest whole GPU that
+// holds what it asks for, or its workload's own pool — not where the plan
+// put it.
+func TestDedicatedPool(t *testing.T) {
+	cat := catalog.Default()
+	mk := func(name, it string) *pool {
+		x, err := cat.InstanceType(it)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := cat.GPU(x.GPU)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &pool{spec: &model.Pool{Name: name}, gpu: g, per: x.GPUCount, it: x}
+	}
+	pools := []*pool{mk("a100", "p4d.24xlarge"), mk("t4", "g4dn.xlarge"), mk("l4", "g6.xlarge")}
+	wl := func(pool string, mem int64, profile string) *model.Workload {
+		return &model.Workload{Name: "w", Pool: pool, Requests: []alloc.Request{{Name: "gpu", MemoryMiB: mem, Profile: profile}}}
+	}
+	dev := alloc.Assigned{Request: "gpu", MemoryMiB: 19968}
+	for _, tc := range []struct {
+		wl   *model.Workload
+		want string
+	}{
+		{wl("", 4096, ""), "t4"},           // fits a T4, the cheapest GPU-hour
+		{wl("", 20000, ""), "l4"},          // too big for a T4 (16 GiB)
+		{wl("", 0, "3g.20gb"), "l4"},       // a profile asks for its memory
+		{wl("a100", 4096, ""), "a100"},     // the workload's own pool
+		{wl("", 60000, ""), "a100-placed"}, // nothing priced holds it
+	} {
+		if got := dedicatedPool(tc.wl, dev, "a100-placed", pools); got != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.wl.Requests[0], got, tc.want)
+		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // fill describes every pool's GPUs from the final state, and the cost.
-func (p *Plan) fill(pools []*pool, state *alloc.State, cat *catalog.Catalog) {
+func (p *Plan) fill(s *model.Spec, pools []*pool, state *alloc.State, cat *catalog.Catalog) {
 	claimsOn := map[string][]string{} // device id -> claims
 	for _, a := range state.Allocations() {
 		for _, d := range a.Devices {
@@ -62,15 +62,25 @@ func (p *Plan) fill(pools []*pool, state *alloc.State, cat *catalog.Catalog) {
 			pp.GPUs = append(pp.GPUs, gp)
 		}
 	}
-	p.cost(pools)
+	p.cost(s, pools)
 }
 
-// cost compares the plan with dedicated whole GPUs: every placed device of
-// every replica gets a GPU of its pool to itself.
-func (p *Plan) cost(pools []*pool) {
+// cost compares the plan with dedicated whole GPUs: every device of every
+// replica gets a whole GPU to itself, of the cheapest pool (per GPU-hour)
+// whose GPU holds what the device asks for — the workload's own pool when
+// it names one — and nodes are bought whole. The baseline does not depend
+// on where gpuslice placed the replicas.
+func (p *Plan) cost(s *model.Spec, pools []*pool) {
+	byName := map[string]*model.Workload{}
+	for i := range s.Workloads {
+		byName[s.Workloads[i].Name] = &s.Workloads[i]
+	}
 	dedicated := map[string]int{}
 	for _, pl := range p.Placements {
-		dedicated[pl.Pool] += len(pl.Devices)
+		wl := byName[pl.Workload]
+		for _, d := range pl.Devices {
+			dedicated[dedicatedPool(wl, d, pl.Pool, pools)]++
+		}
 	}
 	p.Cost.Known = true
 	var notes []string
@@ -79,7 +89,7 @@ func (p *Plan) cost(pools []*pool) {
 		p.Cost.GPUs += pp.Nodes * pp.GPUsPerNode
 		p.Cost.DedicatedGPUs += dedicated[pp.Name]
 		if pp.PricePerNodeHour == nil {
-			if pp.Nodes > 0 {
+			if pp.Nodes > 0 || dedicated[pp.Name] > 0 {
 				p.Cost.Known = false
 				notes = append(notes, fmt.Sprintf("%s: no known price for %s", pp.Name, orModel(pp)))
 			}
@@ -92,6 +102,39 @@ func (p *Plan) cost(pools []*pool) {
 		notes = append(notes, fmt.Sprintf("%s: %s $%.4f/h (%s, %s, %s)", pp.Name, pl.it.Name, pr.USDPerHour, orNA(pr.Region), orNA(pr.Date), pr.Source))
 	}
 	p.Cost.PriceNote = strings.Join(notes, "; ")
+}
+
+// dedicatedPool is the pool whose whole GPU a device would get in the
+// dedicated baseline: the workload's pool if it names one, else the
+// cheapest priced pool per GPU-hour whose GPU has the memory the request
+// asks for (a MIG profile's memory when it names one); placed when no
+// priced pool fits.
+func dedicatedPool(wl *model.Workload, d alloc.Assigned, placed string, pools []*pool) string {
+	if wl == nil {
+		return placed
+	}
+	if wl.Pool != "" {
+		return wl.Pool
+	}
+	var need int64
+	for _, r := range wl.Requests {
+		if r.Name == d.Request {
+			need = r.MemoryMiB
+			if r.Profile != "" {
+				need = max(need, d.MemoryMiB)
+			}
+		}
+	}
+	best, bestPrice := placed, math.Inf(1)
+	for _, pl := range pools {
+		if pl.it == nil || pl.it.Price == nil || pl.gpu.MemoryMiB < need || pl.per <= 0 {
+			continue
+		}
+		if perGPU := pl.it.Price.USDPerHour / float64(pl.per); perGPU < bestPrice {
+			best, bestPrice = pl.spec.Name, perGPU
+		}
+	}
+	return best
 }
 
 func orModel(pp PoolPlan) string {

@@ -67,8 +67,9 @@ type Unplaced struct {
 	Reason   string `json:"reason"`
 }
 
-// Cost compares the plan with giving every replica's devices whole GPUs of
-// the same pools ("dedicated").
+// Cost compares the plan with giving every replica's devices whole GPUs
+// ("dedicated"): of the cheapest pool whose GPU holds each device, or the
+// workload's own pool, in whole nodes.
 type Cost struct {
 	// PerHour is the plan's on-demand cost; Known is false when a pool's
 	// price is unknown (the total then covers the priced pools only).
