@@ -240,7 +240,7 @@ Without an NVIDIA driver it runs on simulated GPUs and says so.`,
 	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "and this key")
 	cmd.Flags().StringVar(&placement, "placement", "binpack", "binpack or spread")
 	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 30*time.Second, "mark a node lost after this long without a heartbeat")
-	cmd.Flags().DurationVar(&reserveAfter, "reserve-after", 5*time.Minute, "after a queued claim waits this long, claims behind it of its priority or lower wait for it (no backfill past it); negative: always backfill")
+	cmd.Flags().DurationVar(&reserveAfter, "reserve-after", 5*time.Minute, "after a queued claim waits this long, a node is held for it: claims behind it of its priority or lower go elsewhere; negative: always backfill")
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
 	cmd.Flags().BoolVar(&noAgent, "no-agent", false, "run no local node agent (nodes join with gpuslice agent)")
 	cmd.Flags().BoolVar(&modeSwitch, "allow-mode-switch", false, "let the allocator turn MIG on or off on idle GPUs (resets them; default: on for simulated GPUs only)")

@@ -52,13 +52,7 @@ func (srv *Server) createClaim(w http.ResponseWriter, r *http.Request, p princip
 		return
 	}
 	start := srv.cfg.Clock()
-	var a *alloc.Allocation
-	var aerr error
-	if r := s.reserved; r != nil && c.Spec.Priority <= r.Spec.Priority {
-		aerr = errors.New(srv.waitingBehind(r, start))
-	} else {
-		a, aerr = s.st.Allocate(allocClaim(&c))
-	}
+	a, aerr := srv.allocate(&c, start)
 	if aerr == nil {
 		// The allocation may hand out more than was asked (a whole GPU for
 		// an exclusive claim with no memory): that is what the quota counts.
@@ -329,7 +323,7 @@ func (srv *Server) finish(r *http.Request, p principal, to api.ClaimState, reaso
 	if was == api.Pending {
 		s.removePending(c.ID)
 		delete(s.reasons, c.ID)
-		delete(s.fits, c.ID)
+		delete(s.nominees, c.ID)
 	} else if err := s.st.Release(c.ID); err != nil {
 		srv.log.Warn("release: claim was not in the allocator's state", "claim", c.ID, "err", err)
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -31,13 +32,25 @@ type scheduler struct {
 	// use is what each tenant's live claims are charged, for quotas (see
 	// charge).
 	use map[string]tenantUse
-	// reserved is the starving head of the queue the later claims of its
-	// priority or lower wait for (nil when the queue backfills), and
-	// fits records, per claim and fleet generation, whether a claim could
-	// fit the empty fleet at all.
-	reserved *api.Claim
-	fits     map[string]bool
-	fleetGen int
+	// reserved is the starving head of the queue that later claims of its
+	// priority or lower must not overtake (nil when the queue backfills);
+	// nominees remembers, per claim until the fleet changes, whether it
+	// could fit the empty fleet and which node it is nominated to.
+	reserved *reservation
+	nominees map[string]nominee
+}
+
+// reservation is a starving claim and the node held for it: later claims
+// of its priority or lower are placed anywhere but there. With no node
+// (no single node can hold the claim) they wait.
+type reservation struct {
+	claim *api.Claim
+	node  string
+}
+
+type nominee struct {
+	fits bool
+	node string
 }
 
 type tenantUse struct {
@@ -47,7 +60,7 @@ type tenantUse struct {
 
 func newScheduler() *scheduler {
 	return &scheduler{reasons: map[string]string{}, kick: make(chan struct{}, 1), notify: make(chan struct{}),
-		use: map[string]tenantUse{}, fits: map[string]bool{}}
+		use: map[string]tenantUse{}, nominees: map[string]nominee{}}
 }
 
 // waitChan returns a channel closed at the next change.
@@ -206,7 +219,7 @@ func (srv *Server) rebuild(ctx context.Context) error {
 	}
 	srv.sched.mu.Lock()
 	srv.sched.st = st
-	srv.sched.fits, srv.sched.reserved = map[string]bool{}, nil // a new fleet
+	srv.sched.nominees, srv.sched.reserved = map[string]nominee{}, nil // a new fleet
 	srv.sched.pending = nil
 	srv.sched.use = map[string]tenantUse{}
 	for i := range pend {
@@ -388,17 +401,14 @@ func (srv *Server) retryPending(ctx context.Context) {
 	s.reserved = nil
 	var placed []api.Claim
 	for _, c := range append([]*api.Claim(nil), s.pending...) {
-		if r := s.reserved; r != nil && c.Spec.Priority <= r.Spec.Priority {
-			s.reasons[c.ID] = srv.waitingBehind(r, now)
-			continue
-		}
-		a, err := s.st.Allocate(allocClaim(c))
+		a, err := srv.allocate(c, now)
 		if err != nil {
 			s.reasons[c.ID] = err.Error()
-			if srv.starving(c, now) {
-				s.reserved = c
-				s.reasons[c.ID] = err.Error() + fmt.Sprintf(" (waiting %s; later claims of priority %d or lower now wait for it)",
-					now.Sub(c.Created).Round(time.Second), c.Spec.Priority)
+			if s.reserved == nil {
+				if n, ok := srv.starving(c, now); ok {
+					s.reserved = &reservation{claim: c, node: n.node}
+					s.reasons[c.ID] = err.Error() + srv.reservedNote(s.reserved, now)
+				}
 			}
 			continue
 		}
@@ -417,7 +427,7 @@ func (srv *Server) retryPending(ctx context.Context) {
 		placed = append(placed, done)
 		s.removePending(c.ID)
 		delete(s.reasons, c.ID)
-		delete(s.fits, c.ID)
+		delete(s.nominees, c.ID)
 	}
 	s.mu.Unlock()
 	if len(placed) == 0 {
@@ -444,30 +454,103 @@ func (srv *Server) retryPending(ctx context.Context) {
 	s.mu.Unlock()
 }
 
+// allocate decides for a claim under the reservation in force: a claim
+// of the reserved one's priority or lower may not use the node held for
+// it, or waits when no node is. The caller holds s.mu.
+func (srv *Server) allocate(c *api.Claim, now time.Time) (*alloc.Allocation, error) {
+	s := srv.sched
+	ac := allocClaim(c)
+	r := s.reserved
+	if r == nil || r.claim.ID == c.ID || c.Spec.Priority > r.claim.Spec.Priority {
+		return s.st.Allocate(ac)
+	}
+	if r.node == "" {
+		return nil, errors.New(srv.waitingBehind(r, now))
+	}
+	avoid := "node.name != '" + strings.ReplaceAll(r.node, "'", "") + "'"
+	for i := range ac.Requests {
+		if ac.Requests[i].Selector != "" {
+			ac.Requests[i].Selector = "(" + ac.Requests[i].Selector + ") && " + avoid
+		} else {
+			ac.Requests[i].Selector = avoid
+		}
+	}
+	a, err := s.st.Allocate(ac)
+	if err != nil {
+		return nil, fmt.Errorf("%w (node %s is held for claim %s, pending for %s)", err, r.node, r.claim.ID, now.Sub(r.claim.Created).Round(time.Second))
+	}
+	return a, nil
+}
+
 // starving says whether a pending claim has waited past ReserveAfter and
 // could fit the fleet were it empty (a claim that never fits must not
-// block the queue). The caller holds s.mu.
-func (srv *Server) starving(c *api.Claim, now time.Time) bool {
+// hold anything back), and nominates the node to hold for it: of the
+// nodes that could hold it alone, the one with the fewest claims on it
+// now, the soonest free. The answer is kept until the fleet changes. The
+// caller holds s.mu.
+func (srv *Server) starving(c *api.Claim, now time.Time) (nominee, bool) {
 	s := srv.sched
 	if srv.cfg.ReserveAfter < 0 || now.Sub(c.Created) < srv.cfg.ReserveAfter {
-		return false
+		return nominee{}, false
 	}
-	fits, known := s.fits[c.ID]
+	n, known := s.nominees[c.ID]
 	if !known {
-		empty, err := alloc.NewState(s.st.Fleet(), nil, alloc.Options{})
-		if err == nil {
-			_, err = empty.Allocate(allocClaim(c))
-		}
-		fits = err == nil
-		s.fits[c.ID] = fits
+		n = srv.nominate(c)
+		s.nominees[c.ID] = n
 	}
-	return fits
+	return n, n.fits
+}
+
+func (srv *Server) nominate(c *api.Claim) nominee {
+	s := srv.sched
+	fleet := s.st.Fleet()
+	empty, err := alloc.NewState(fleet, nil, alloc.Options{})
+	if err == nil {
+		_, err = empty.Allocate(allocClaim(c))
+	}
+	if err != nil {
+		return nominee{}
+	}
+	claimsOn := map[string]int{}
+	for _, a := range s.st.Allocations() {
+		seen := map[string]bool{}
+		for _, d := range a.Devices {
+			if !seen[d.Node] {
+				seen[d.Node] = true
+				claimsOn[d.Node]++
+			}
+		}
+	}
+	best := nominee{fits: true}
+	for _, node := range fleet.Nodes {
+		one, err := alloc.NewState(alloc.Fleet{Policy: fleet.Policy, Nodes: []alloc.Node{node}}, nil, alloc.Options{})
+		if err != nil {
+			continue
+		}
+		if _, err := one.Allocate(allocClaim(c)); err != nil {
+			continue
+		}
+		if best.node == "" || claimsOn[node.Name] < claimsOn[best.node] ||
+			(claimsOn[node.Name] == claimsOn[best.node] && node.Name < best.node) {
+			best.node = node.Name
+		}
+	}
+	return best
+}
+
+// reservedNote ends the starving claim's reason.
+func (srv *Server) reservedNote(r *reservation, now time.Time) string {
+	waited := now.Sub(r.claim.Created).Round(time.Second)
+	if r.node == "" {
+		return fmt.Sprintf(" (waiting %s; no single node can hold it, so later claims of priority %d or lower now wait for it)", waited, r.claim.Spec.Priority)
+	}
+	return fmt.Sprintf(" (waiting %s; node %s is now held for it: later claims of priority %d or lower go elsewhere)", waited, r.node, r.claim.Spec.Priority)
 }
 
 // waitingBehind is the reason of a claim held back for a starving one.
-func (srv *Server) waitingBehind(r *api.Claim, now time.Time) string {
+func (srv *Server) waitingBehind(r *reservation, now time.Time) string {
 	return fmt.Sprintf("waiting behind claim %s (priority %d, pending for %s): after %s the queue stops backfilling past a claim so it cannot starve",
-		r.ID, r.Spec.Priority, now.Sub(r.Created).Round(time.Second), srv.cfg.ReserveAfter)
+		r.claim.ID, r.claim.Spec.Priority, now.Sub(r.claim.Created).Round(time.Second), srv.cfg.ReserveAfter)
 }
 
 // commitClaims writes claims and an event each, durably, in one update.

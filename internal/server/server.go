@@ -34,12 +34,14 @@ type Config struct {
 	// RetryInterval bounds how long a pending claim waits for a retry when
 	// nothing pokes the scheduler (default 2s).
 	RetryInterval time.Duration
-	// ReserveAfter is how long the head of the queue may wait while
-	// smaller claims behind it are placed (backfill) before the queue turns
-	// strictly ordered for it: claims of its priority or lower then wait
-	// until it is placed, so a stream of small claims cannot starve a big
-	// one. Default 5 minutes; negative: always backfill. A head that could
-	// not fit even the empty fleet never blocks the queue.
+	// ReserveAfter is how long a queued claim may wait while claims behind
+	// it are placed (backfill) before capacity is held for it: the node
+	// that could hold it alone with the fewest claims on it now is
+	// nominated, and claims of its priority or lower are placed elsewhere
+	// until it is placed (when no single node can hold it, they wait). So
+	// a stream of small claims cannot starve a big one, and the rest of the
+	// fleet keeps working. Default 5 minutes; negative: always backfill. A
+	// claim that could not fit even the empty fleet holds nothing.
 	ReserveAfter time.Duration
 	// MaxBodyBytes bounds request bodies (default 1 MiB).
 	MaxBodyBytes int64

@@ -477,7 +477,8 @@ func TestQueuedClaimQuotaOnAllocation(t *testing.T) {
 }
 
 // A big claim at the head of the queue is not starved by a stream of small
-// ones: once it has waited ReserveAfter, claims behind it wait for it.
+// ones: once it has waited ReserveAfter, its node is held for it and claims
+// behind it wait (here there is no other node).
 func TestQueueStopsBackfillingForAStarvingClaim(t *testing.T) {
 	h := newHarness(t, nil)
 	acme := h.tenant("acme", 0)
@@ -507,11 +508,11 @@ func TestQueueStopsBackfillingForAStarvingClaim(t *testing.T) {
 	h.must(beta, "DELETE", "/v1/claims/"+betas[0].ID, nil, 200, nil) // frees one GPU; big needs two
 	var later api.Claim
 	h.must(carol, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &later)
-	if later.State != api.Pending || !strings.Contains(later.Reason, "waiting behind claim "+big.ID) {
+	if later.State != api.Pending || !strings.Contains(later.Reason, "node host-a is held for claim "+big.ID) {
 		t.Fatalf("a small claim after the reservation: %s %q, want pending behind %s", later.State, later.Reason, big.ID)
 	}
 	h.must(acme, "GET", "/v1/claims/"+big.ID, nil, 200, &big)
-	if big.State != api.Pending || !strings.Contains(big.Reason, "later claims of priority 0 or lower now wait for it") {
+	if big.State != api.Pending || !strings.Contains(big.Reason, "node host-a is now held for it") {
 		t.Fatalf("the starving claim: %s %q", big.State, big.Reason)
 	}
 	// A higher priority claim is not held back.
@@ -557,5 +558,67 @@ func TestImpossibleClaimDoesNotBlockTheQueue(t *testing.T) {
 	h.must(acme, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &small)
 	if small.State != api.Allocated {
 		t.Fatalf("a claim behind one that can never fit: %s %q", small.State, small.Reason)
+	}
+}
+
+// With several nodes, only the node nominated for the starving claim is
+// held: the fewest claims on it, so the soonest free. Claims behind it are
+// placed on the other nodes.
+func TestStarvingClaimHoldsOneNode(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	beta := h.tenant("beta", 0)
+	a, _ := h.node("host-a", "l4x4")
+	b, _ := h.node("host-b", "l4x4")
+	pin := func(node string) server.CreateClaimRequest {
+		r := gpuReq(0, alloc.Exclusive)
+		r.Node = node
+		return r
+	}
+	var held []api.Claim
+	for _, node := range []string{"host-a", "host-a", "host-a", "host-b", "host-b", "host-b"} {
+		var c api.Claim
+		h.must(beta, "POST", "/v1/claims", pin(node), 201, &c)
+		held = append(held, c)
+	}
+	four := gpuReq(0, alloc.Exclusive)
+	four.Requests[0].Count = 4
+	four.Constraints = []alloc.Constraint{{Requests: []string{"gpu"}, Match: "node"}}
+	var big api.Claim
+	h.must(acme, "POST", "/v1/claims", four, 201, &big)
+	if big.State != api.Pending {
+		t.Fatalf("four GPUs on a busy fleet: %s", big.State)
+	}
+	h.pass(6*time.Minute, a, b)
+	// host-a now has 2 claims and 2 free GPUs, host-b 3 and 1: host-a is
+	// the soonest free, so it is held.
+	h.must(beta, "DELETE", "/v1/claims/"+held[0].ID, nil, 200, nil) // runs the queue: big starves
+	h.must(acme, "GET", "/v1/claims/"+big.ID, nil, 200, &big)
+	node, other := "host-a", "host-b"
+	if big.State != api.Pending || !strings.Contains(big.Reason, "node host-a is now held for it") {
+		t.Fatalf("the starving claim: %s %q", big.State, big.Reason)
+	}
+	// A small claim goes to the other node...
+	var small api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, &small)
+	if small.State != api.Allocated || small.Allocation.Devices[0].Node != other {
+		t.Fatalf("a small claim while %s is held: %s on %+v (%q)", node, small.State, small.Allocation, small.Reason)
+	}
+	// ...and one pinned to the held node waits.
+	var pinned api.Claim
+	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Node: node,
+		Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 2000, Mode: alloc.TimeSlice}}}}, 201, &pinned)
+	if pinned.State != api.Pending || !strings.Contains(pinned.Reason, "node "+node+" is held for claim "+big.ID) {
+		t.Fatalf("a claim pinned to the held node: %s %q", pinned.State, pinned.Reason)
+	}
+	// The held node drains: the starving claim gets it.
+	for _, c := range held {
+		if c.Allocation.Devices[0].Node == node {
+			h.call(beta, "DELETE", "/v1/claims/"+c.ID, nil)
+		}
+	}
+	h.must(acme, "GET", "/v1/claims/"+big.ID+"?wait=2s&state=pending", nil, 200, &big)
+	if big.State != api.Allocated || big.Allocation.Devices[0].Node != node {
+		t.Fatalf("after %s drained: %s %q", node, big.State, big.Reason)
 	}
 }
