@@ -140,16 +140,20 @@ func allocClaim(c *api.Claim) *alloc.Claim {
 	ac := &alloc.Claim{Name: c.ID, Tenant: c.Tenant, Priority: c.Spec.Priority, Isolation: c.Spec.Isolation,
 		Requests: append([]alloc.Request(nil), c.Spec.Requests...), Constraints: c.Spec.Constraints}
 	if c.Spec.Node != "" {
-		pin := "node.name == '" + strings.ReplaceAll(c.Spec.Node, "'", "") + "'"
-		for i := range ac.Requests {
-			if ac.Requests[i].Selector != "" {
-				ac.Requests[i].Selector = "(" + ac.Requests[i].Selector + ") && " + pin
-			} else {
-				ac.Requests[i].Selector = pin
-			}
-		}
+		require(ac, "node.name == '"+strings.ReplaceAll(c.Spec.Node, "'", "")+"'")
 	}
 	return ac
+}
+
+// require adds a CEL clause to every request's selector.
+func require(ac *alloc.Claim, clause string) {
+	for i := range ac.Requests {
+		if ac.Requests[i].Selector != "" {
+			ac.Requests[i].Selector = "(" + ac.Requests[i].Selector + ") && " + clause
+		} else {
+			ac.Requests[i].Selector = clause
+		}
+	}
 }
 
 // rebuild makes a fresh State from the store: ready nodes as reported by
@@ -388,8 +392,8 @@ func (srv *Server) retryLoop(ctx context.Context) {
 
 // retryPending tries every pending claim in queue order; lower-priority
 // claims may fill room a higher one cannot use (backfill) until a claim
-// has waited ReserveAfter: then the claims after it of its priority or
-// lower wait for it (see Config.ReserveAfter).
+// has waited ReserveAfter: then a node is held for it, and the claims
+// after it of its priority or lower go elsewhere (see Config.ReserveAfter).
 func (srv *Server) retryPending(ctx context.Context) {
 	s := srv.sched
 	s.mu.Lock()
@@ -467,14 +471,7 @@ func (srv *Server) allocate(c *api.Claim, now time.Time) (*alloc.Allocation, err
 	if r.node == "" {
 		return nil, errors.New(srv.waitingBehind(r, now))
 	}
-	avoid := "node.name != '" + strings.ReplaceAll(r.node, "'", "") + "'"
-	for i := range ac.Requests {
-		if ac.Requests[i].Selector != "" {
-			ac.Requests[i].Selector = "(" + ac.Requests[i].Selector + ") && " + avoid
-		} else {
-			ac.Requests[i].Selector = avoid
-		}
-	}
+	require(ac, "node.name != '"+strings.ReplaceAll(r.node, "'", "")+"'")
 	a, err := s.st.Allocate(ac)
 	if err != nil {
 		return nil, fmt.Errorf("%w (node %s is held for claim %s, pending for %s)", err, r.node, r.claim.ID, now.Sub(r.claim.Created).Round(time.Second))
