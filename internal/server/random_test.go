@@ -20,7 +20,7 @@ import (
 // Random sequences of what users, agents and time do to a server — claims
 // of every mode created and released under quotas, claims started, agents
 // reconciling and heartbeating, nodes going silent and coming back, fatal
-// XIDs, server restarts — on the memory and the SQLite store, with Server.Check after every
+// XIDs, server restarts, quota changes, deleted nodes — on the memory and the SQLite store, with Server.Check after every
 // step: the allocator's rules hold, the store and the scheduler agree, and
 // the quota counters equal the charges of the stored claims.
 func TestRandomServerSequences(t *testing.T) {
@@ -89,7 +89,7 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 	}
 	for i := range steps {
 		var what string
-		switch op := rng.IntN(40); {
+		switch op := rng.IntN(42); {
 		case op < 14:
 			tenant := names[rng.IntN(len(names))]
 			req := randomRequest(rng)
@@ -149,6 +149,20 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 			h.restart()
 			what = "server restart"
 			stats["restart"]++
+		case op < 39:
+			tenant := names[rng.IntN(len(names))]
+			quota := api.Tenant{MemoryMiB: int64(rng.IntN(4)) * 20000, ComputePercent: rng.IntN(3) * 100}
+			h.must(h.admin, "PUT", "/v1/tenants/"+tenant, quota, 200, nil)
+			what = fmt.Sprintf("quota of %s set to %+v", tenant, quota)
+			stats["quota change"]++
+		case op < 40:
+			n := nodes[rng.IntN(len(nodes))]
+			code, body := h.call(h.admin, "DELETE", "/v1/nodes/"+n.name, nil)
+			if code != 204 && code != 404 {
+				t.Fatalf("seed %d step %d: deleting %s: %d %s", seed, i, n.name, code, body)
+			}
+			what = "delete node " + n.name // its agent registers again at its next step
+			stats["node deleted"]++
 		default:
 			what = "tick"
 		}
@@ -177,6 +191,12 @@ func randomRequest(rng *rand.Rand) server.CreateClaimRequest {
 		r.Count = 2
 	}
 	c := server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{r}, Priority: rng.IntN(3)}}
+	switch rng.IntN(8) {
+	case 0:
+		c.Node = []string{"node-0", "node-1"}[rng.IntN(2)]
+	case 1:
+		c.Constraints = []alloc.Constraint{{Match: []string{"node", "gpu"}[rng.IntN(2)]}}
+	}
 	if rng.IntN(4) == 0 {
 		c.Isolation = []alloc.Isolation{alloc.IsolationNone, alloc.IsolationHardware}[rng.IntN(2)]
 	}
