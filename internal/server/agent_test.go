@@ -292,10 +292,22 @@ func TestFaultPolicyRequeue(t *testing.T) {
 	if err := ag.Step(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// The claim goes back to the queue and the scheduler (asynchronously)
+	// places it on a healthy GPU. Decode into a fresh value each time: a
+	// pending claim has no allocation, and decoding into c would keep the old.
 	old := c.Allocation.Devices[0].GPU
-	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
-	if c.State == api.Failed || (c.Allocation != nil && c.Allocation.Devices[0].GPU == old) {
-		t.Fatalf("claim with faultPolicy requeue: %s on %v", c.State, c.Allocation)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var got api.Claim
+		h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
+		if got.State == api.Failed || (got.Allocation != nil && got.Allocation.Devices[0].GPU == old) {
+			t.Fatalf("claim with faultPolicy requeue: %s on %v", got.State, got.Allocation)
+		}
+		if got.State == api.Allocated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the re-queued claim was never placed again: %s (%s)", got.State, got.Reason)
+		}
 	}
 	code, body := h.call(acme, "POST", "/v1/claims", `{"requests":[{"name":"gpu"}],"faultPolicy":"retry"}`)
 	if code != 422 || !strings.Contains(string(body), "want fail or requeue") {

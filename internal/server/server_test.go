@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -147,6 +148,12 @@ func (h *harness) must(token, method, path string, body any, want int, out any) 
 		h.t.Fatalf("%s %s: HTTP %d, want %d: %s", method, path, code, want, data)
 	}
 	if out != nil {
+		// Zero the target first: json.Unmarshal leaves fields the answer
+		// omits (a pending claim's allocation) as they were, and a test
+		// reusing a variable would read a stale value.
+		if v := reflect.ValueOf(out); v.Kind() == reflect.Pointer && !v.IsNil() {
+			v.Elem().SetZero()
+		}
 		if err := json.Unmarshal(data, out); err != nil {
 			h.t.Fatal(err)
 		}
