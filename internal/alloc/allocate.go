@@ -19,6 +19,12 @@ const MPSPipeRoot = "/run/gpuslice/mps"
 // caller commits the answer with Apply. When nothing fits, the error is a
 // *NoFitError saying per node why.
 func (s *State) Allocate(c *Claim) (*Allocation, error) {
+	return s.allocate(c, room{})
+}
+
+// allocate is Allocate asking a single-device claim's new device (one it
+// opens or creates, not one it joins) for room beyond the request.
+func (s *State) allocate(c *Claim, extra room) (*Allocation, error) {
 	if err := validateClaim(c, func(expr string) error { _, err := s.sel.get(expr); return err }); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
@@ -32,6 +38,9 @@ func (s *State) Allocate(c *Claim) (*Allocation, error) {
 	a := &Allocation{Claim: c.Name, Tenant: c.Tenant, Isolation: iso}
 	p := placer{s: s, c: c, iso: iso, groups: constraintGroups(c), explain: true}
 	steps := decisionOrder(c, iso)
+	if len(steps) == 1 {
+		p.room = extra
+	}
 	var taken map[int]bool
 	if len(steps) > 1 {
 		taken = map[int]bool{}
@@ -98,6 +107,7 @@ type placer struct {
 	iso     Isolation
 	groups  map[string][]Constraint
 	explain bool // build a NoFitError (costly) on failure
+	room    room // asked of a new device beyond the request (single-device claims)
 }
 
 // errNoRoom is place's failure when no explanation was asked for.
@@ -114,7 +124,7 @@ func (p *placer) place(steps []step, a *Allocation, taken map[int]bool) error {
 		}
 	}()
 	for i, st := range steps {
-		n := &need{claim: p.c, req: st.r, iso: p.iso, choices: st.d.choices, taken: taken, onNode: -1, onGPU: -1}
+		n := &need{claim: p.c, req: st.r, iso: p.iso, choices: st.d.choices, taken: taken, onNode: -1, onGPU: -1, room: p.room}
 		if a.hasMPS() {
 			n.choices = withoutMode(n.choices, MPS)
 		}

@@ -97,7 +97,21 @@ type need struct {
 	// selPerDevice: the selector's answer may differ between devices of
 	// one class (see selectorPerDevice).
 	selPerDevice bool
+	// room is what a device the request opens or creates must have beyond
+	// the request (AllocateAhead sizes it for claims still to come).
+	room room
 }
+
+// room is memory and compute asked of a new device beyond a request.
+type room struct {
+	mem  int64
+	comp int
+}
+
+// wantMem and wantComp are what a device the request opens or creates
+// must have: the request plus the room.
+func (n *need) wantMem() int64 { return n.req.MemoryMiB + n.room.mem }
+func (n *need) wantComp() int  { return n.req.ComputePercent + n.room.comp }
 
 // reason is why a device or GPU was rejected; higher values got further
 // through the pipeline, and a node reports its furthest.
@@ -300,10 +314,10 @@ func (s *State) tryOpen(n *need, di int, ch choice, rank int) (cand, reason) {
 
 // finishNew checks capacity on a device the candidate takes fresh.
 func (s *State) finishNew(n *need, ch choice, rank int, c cand, memMiB int64, compute int, sh Sharing, locked int) (cand, reason) {
-	if n.req.MemoryMiB > memMiB {
+	if n.wantMem() > memMiB {
 		return cand{}, rMemory
 	}
-	if n.req.ComputePercent > compute {
+	if n.wantComp() > compute {
 		return cand{}, rCompute
 	}
 	mem, comp := promise(n.req, ch.mode, memMiB, compute, sh)
@@ -358,10 +372,10 @@ func profilesForModel(n *need, m *catalog.GPU, geo *mig.Geometry) ([]int, reason
 			continue
 		}
 		mem, compute := profileSize(m, geo, p)
-		if mem < n.req.MemoryMiB {
+		if mem < n.wantMem() {
 			continue
 		}
-		if compute < n.req.ComputePercent {
+		if compute < n.wantComp() {
 			why = rCompute
 			continue
 		}

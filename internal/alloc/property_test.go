@@ -3,6 +3,7 @@ package alloc
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 )
 
@@ -138,9 +139,48 @@ func TestRandomSequencesKeepEveryRule(t *testing.T) {
 				stats["release"]++
 			} else {
 				c := randomClaim(rng, step)
+				if step%4 == 1 { // a shareable replica, the kind AllocateAhead sizes for
+					c = &Claim{Name: c.Name, Tenant: c.Tenant, Isolation: []Isolation{"", IsolationNone, IsolationTenant}[rng.IntN(3)],
+						Requests: []Request{{Name: "r0", Mode: []Mode{Auto, TimeSlice, MPS}[rng.IntN(3)],
+							MemoryMiB: 256 * int64(1+rng.IntN(40)), ComputePercent: rng.IntN(30),
+							Workload: []Workload{"", WorkloadInference, WorkloadInteractive}[rng.IntN(3)]}}}
+				}
 				before := fingerprint(s)
 				checkAgreement(t, s, c, fmt.Sprintf("seed %d step %d", seed, step))
-				a, err := s.Allocate(c)
+				var a *Allocation
+				var err error
+				if step%2 == 1 {
+					// Every other claim goes through AllocateAhead, with
+					// claims to come of which some are the same tenant's.
+					ahead := make([]Claim, 1+rng.IntN(6))
+					for i := range ahead {
+						ahead[i] = *randomClaim(rng, 1000+10*step+i)
+						switch rng.IntN(3) {
+						case 0:
+							ahead[i].Tenant, ahead[i].Isolation = c.Tenant, c.Isolation
+						case 1: // a replica of c, with its own size
+							m := *c
+							m.Name = ahead[i].Name
+							m.Requests = append([]Request(nil), c.Requests...)
+							if m.Requests[0].MemoryMiB > 0 {
+								m.Requests[0].MemoryMiB = 256 * int64(1+rng.IntN(40))
+								m.Requests[0].ComputePercent = rng.IntN(30)
+							}
+							ahead[i] = m
+						}
+					}
+					a, err = s.AllocateAhead(c, ahead)
+					p, plain := s.Allocate(c)
+					if (plain == nil) != (err == nil) {
+						t.Fatalf("seed %d step %d: Allocate says %v, AllocateAhead %v", seed, step, plain, err)
+					}
+					stats["ahead"]++
+					if err == nil && !reflect.DeepEqual(p.Devices, a.Devices) {
+						stats["ahead sized a device"]++
+					}
+				} else {
+					a, err = s.Allocate(c)
+				}
 				if fingerprint(s) != before {
 					t.Fatalf("seed %d step %d: Allocate changed the state", seed, step)
 				}

@@ -120,7 +120,10 @@ func LowerBounds(m *catalog.GPU, claims []alloc.Claim) Bounds {
 // set.
 //
 // Without MIG a device is a whole GPU, so groups never share a GPU and the
-// bound is Σ over groups of ⌈max(mem ÷ M, comp ÷ 100%)⌉ (at least 1).
+// bound is Σ over groups of the most of ⌈mem ÷ M⌉, ⌈comp ÷ 100%⌉, 1 and
+// binsL2 of the group's claim memories: claims do not split across GPUs,
+// so a group is a bin-packing instance and needs at least the bins that
+// bound proves.
 //
 // With MIG, GPUs are shared by groups only through MIG instances (or not at
 // all: a whole GPU with MIG off holds one group). Each group is charged
@@ -142,6 +145,7 @@ func isolationBound(m *catalog.GPU, claims []alloc.Claim) (bound, groups int) {
 		mem, comp      int64
 		slices, cslice int64
 		exact          bool
+		items          []int64 // the memory of each claim, for binsL2
 	}
 	var gs []group
 	byTenant := map[string]int{}
@@ -174,11 +178,12 @@ func isolationBound(m *catalog.GPU, claims []alloc.Claim) (bound, groups int) {
 		}
 		gs[gi].mem += d.mem
 		gs[gi].comp += d.comp
+		gs[gi].items = append(gs[gi].items, d.mem)
 	}
 	if m.MIG == nil {
 		total := int64(0)
 		for _, g := range gs {
-			total += max(ceilDiv(g.mem, m.MemoryMiB), ceilDiv(g.comp, 100), 1)
+			total += max(ceilDiv(g.mem, m.MemoryMiB), binsL2(g.items, m.MemoryMiB), ceilDiv(g.comp, 100), 1)
 		}
 		return int(total), len(gs)
 	}
@@ -201,4 +206,39 @@ func isolationBound(m *catalog.GPU, claims []alloc.Claim) (bound, groups int) {
 		inst++
 	}
 	return int(max(ceilDiv(ms, s), ceilDiv(cslices, cs), ceilDiv(inst, maxInst))), len(gs)
+}
+
+// binsL2 is Martello and Toth's L2 lower bound on the bins of capacity c
+// that items need (each item ≤ c). For a threshold k ≤ c/2, items above
+// c−k each need a bin of their own that nothing of size ≥ k can join;
+// items in (c/2, c−k] each need their own bin too; and items in [k, c/2]
+// need what is left of those bins' space plus whole new bins for the
+// rest. The bound is the best over every k that is an item size (or 0).
+func binsL2(items []int64, c int64) int64 {
+	if len(items) == 0 || c <= 0 {
+		return 0
+	}
+	ks := []int64{0}
+	for _, it := range items {
+		if it <= c/2 {
+			ks = append(ks, it)
+		}
+	}
+	best := int64(0)
+	for _, k := range ks {
+		var n1, n2, s2, s3 int64
+		for _, it := range items {
+			switch {
+			case it > c-k:
+				n1++
+			case it > c/2:
+				n2++
+				s2 += it
+			case it >= k:
+				s3 += it
+			}
+		}
+		best = max(best, n1+n2+max(0, ceilDiv(s3-(n2*c-s2), c)))
+	}
+	return best
 }

@@ -10,15 +10,20 @@
 // profile named). Mix.Claims expands it, for a seed, into alloc.Claims in a
 // shuffled arrival order; the same mix and seed always give the same claims.
 //
-// Run places those claims five ways and returns a Report:
+// Run places those claims seven ways and returns a Report:
 //
-//   - gpuslice: the real allocator (alloc.State.Allocate then Apply, one
-//     claim at a time, binpack policy) on a fleet of twice as many GPUs as
+//   - gpuslice-plan: the real allocator as a capacity plan uses it, knowing
+//     every claim: alloc.SortForPlacement (priority, then biggest first),
+//     then alloc.State.AllocateAhead for each claim over the ones after it
+//     (a new shared device is sized for the tenant's claims still to come),
+//     then Apply. Binpack policy, on a fleet of twice as many GPUs as
 //     claims, every GPU with dynamic sharing and, on MIG-capable models,
 //     dynamic MIG. A GPU counts when it holds at least one allocation.
 //     State.Check must hold afterwards (no overcommit, isolation intact)
 //     and the promised memory and compute of every device are re-added
 //     from the allocations and compared with the device as a second check.
+//   - gpuslice: the same allocator online, as a running cluster meets the
+//     claims: one at a time in arrival order with Allocate, no look-ahead.
 //   - whole-gpu: one claim per GPU (what a plain nvidia.com/gpu: 1 gives).
 //   - timeslice-N: the NVIDIA device plugin's time-slicing with N replicas
 //     per GPU: every claim takes one replica whatever its memory, packed
@@ -31,7 +36,9 @@
 //     a whole un-partitioned GPU from a separate pool. Not applicable on
 //     models without MIG.
 //   - first-fit: whole-GPU first-fit on memory and compute, one tenant per
-//     GPU, no MIG and no replica limit.
+//     GPU, no MIG and no replica limit, in arrival order.
+//   - ffd: the same first-fit over the claims sorted as gpuslice-plan sorts
+//     them (first-fit decreasing): the plan-time baseline.
 //
 // The lower bounds are defined in bounds.go: LowerBound is the classic
 // per-dimension volume bound (memory, compute, MIG memory slices) and

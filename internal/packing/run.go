@@ -12,17 +12,21 @@ import (
 // Method names a way of placing claims.
 type Method string
 
-// The methods a Report compares.
+// The methods a Report compares. GPUSlicePlan and FirstFitDecreasing know
+// every claim in advance (a capacity plan); the others take the claims one
+// by one in arrival order (a running cluster).
 const (
-	GPUSlice  Method = "gpuslice"
-	WholeGPU  Method = "whole-gpu"
-	TimeSlice Method = "timeslice"
-	StaticMIG Method = "static-mig"
-	FirstFit  Method = "first-fit"
+	GPUSlicePlan       Method = "gpuslice-plan"
+	GPUSlice           Method = "gpuslice"
+	WholeGPU           Method = "whole-gpu"
+	TimeSlice          Method = "timeslice"
+	StaticMIG          Method = "static-mig"
+	FirstFit           Method = "first-fit"
+	FirstFitDecreasing Method = "ffd"
 )
 
 // Methods lists the methods in report order.
-var Methods = []Method{GPUSlice, WholeGPU, TimeSlice, StaticMIG, FirstFit}
+var Methods = []Method{GPUSlicePlan, GPUSlice, WholeGPU, TimeSlice, StaticMIG, FirstFit, FirstFitDecreasing}
 
 // Result is how one method placed a mix.
 type Result struct {
@@ -54,15 +58,23 @@ type Report struct {
 	LowerBound          int
 	IsolationLowerBound int
 	Results             []Result
-	// Fleet is how many GPUs the gpuslice fleet had.
+	// Online and Planned are how gpuslice used the GPUs: claims in arrival
+	// order with Allocate, and as a plan (SortForPlacement, AllocateAhead).
+	Online, Planned Detail
+}
+
+// Detail is where one gpuslice run put the claims.
+type Detail struct {
+	// Fleet is how many GPUs the simulated fleet had.
 	Fleet int
-	// Devices summarises gpuslice's devices in use by shape and mode.
+	// Devices summarises the devices in use by shape and mode.
 	Devices []DeviceStats
-	// Usage is how full gpuslice's GPUs are.
+	// Usage is how full the GPUs are.
 	Usage Usage
 	// Check is the allocator's State.Check after the last claim (nil: no
-	// rule broken).
-	Check error
+	// rule broken); Violation is its text, for JSON.
+	Check     error  `json:"-"`
+	Violation string `json:"violation,omitempty"`
 }
 
 // DeviceStats summarises gpuslice's devices of one shape ("whole" or a MIG
@@ -101,11 +113,11 @@ func (r *Report) Result(m Method) Result {
 	return Result{Method: m}
 }
 
-// Run expands a mix for a seed and places it with gpuslice and every
-// baseline. It fails when a claim cannot be placed by gpuslice on a fleet
-// twice the size of the whole-GPU baseline, or when the mix is invalid; a
-// broken allocator rule is reported in Report.Check (and as gpuslice's
-// overcommitted devices), not as an error.
+// Run expands a mix for a seed and places it with gpuslice (online and
+// planned) and every baseline. It fails when a claim cannot be placed by
+// gpuslice on a fleet twice the size of the whole-GPU baseline, or when
+// the mix is invalid; a broken allocator rule is reported in the Detail's
+// Check (and as overcommitted devices), not as an error.
 func Run(mix Mix, seed uint64) (Report, error) {
 	model, err := catalog.Default().GPU(mix.GPU)
 	if err != nil {
@@ -125,7 +137,11 @@ func Run(mix Mix, seed uint64) (Report, error) {
 	rep.Bounds = LowerBounds(model, claims)
 	rep.LowerBound, rep.IsolationLowerBound = rep.Bounds.LowerBound, rep.Bounds.IsolationLowerBound
 
-	gs, err := runGPUSlice(model, claims, &rep)
+	planned, err := runGPUSlice(model, claims, true, &rep.Planned)
+	if err != nil {
+		return rep, fmt.Errorf("mix %s seed %d: %w", mix.Name, seed, err)
+	}
+	online, err := runGPUSlice(model, claims, false, &rep.Online)
 	if err != nil {
 		return rep, fmt.Errorf("mix %s seed %d: %w", mix.Name, seed, err)
 	}
@@ -133,7 +149,12 @@ func Run(mix Mix, seed uint64) (Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("mix %s: %w", mix.Name, err)
 	}
-	rep.Results = []Result{gs, wholeGPU(claims), timeSlicing(model, claims, mix.Replicas()), sm, firstFit(model, claims)}
+	sorted := append([]alloc.Claim(nil), claims...)
+	alloc.SortForPlacement(sorted)
+	ffd := firstFit(model, sorted)
+	ffd.Method, ffd.Note = FirstFitDecreasing, "first-fit over the claims sorted biggest first (a plan)"
+	rep.Results = []Result{planned, online, wholeGPU(claims), timeSlicing(model, claims, mix.Replicas()), sm,
+		firstFit(model, claims), ffd}
 	for i := range rep.Results {
 		x := &rep.Results[i]
 		if x.Applicable && rep.LowerBound > 0 {
@@ -178,30 +199,48 @@ func fleetFor(m *catalog.GPU, n int) alloc.Fleet {
 	return f
 }
 
-// runGPUSlice places the claims one by one with the real allocator.
-func runGPUSlice(m *catalog.GPU, claims []alloc.Claim, rep *Report) (Result, error) {
-	rep.Fleet = max(2*len(claims), 8)
-	s, err := alloc.NewState(fleetFor(m, rep.Fleet), nil, alloc.Options{})
+// runGPUSlice places the claims with the real allocator: online, one by
+// one in arrival order with Allocate; planned, sorted with
+// SortForPlacement and each placed with AllocateAhead over the rest.
+func runGPUSlice(m *catalog.GPU, claims []alloc.Claim, planned bool, det *Detail) (Result, error) {
+	det.Fleet = max(2*len(claims), 8)
+	s, err := alloc.NewState(fleetFor(m, det.Fleet), nil, alloc.Options{})
 	if err != nil {
 		return Result{}, err
 	}
-	for i := range claims {
-		a, err := s.Allocate(&claims[i])
+	order := claims
+	if planned {
+		order = append([]alloc.Claim(nil), claims...)
+		alloc.SortForPlacement(order)
+	}
+	for i := range order {
+		var a *alloc.Allocation
+		if planned {
+			a, err = s.AllocateAhead(&order[i], order[i+1:])
+		} else {
+			a, err = s.Allocate(&order[i])
+		}
 		if err != nil {
 			return Result{}, fmt.Errorf("gpuslice: %w", err)
 		}
 		if err := s.Apply(a); err != nil {
-			return Result{}, fmt.Errorf("gpuslice: apply %s: %w", claims[i].Name, err)
+			return Result{}, fmt.Errorf("gpuslice: apply %s: %w", order[i].Name, err)
 		}
 	}
-	rep.Check = s.Check()
-	return summarise(m, s, rep)
+	if det.Check = s.Check(); det.Check != nil {
+		det.Violation = det.Check.Error()
+	}
+	res, err := summarise(m, s, det)
+	if planned {
+		res.Method = GPUSlicePlan
+	}
+	return res, err
 }
 
 // summarise counts the GPUs gpuslice used, re-adds every device's
 // promises from the allocations (a second check, independent of
 // State.Check) and fills the report's device statistics.
-func summarise(m *catalog.GPU, s *alloc.State, rep *Report) (Result, error) {
+func summarise(m *catalog.GPU, s *alloc.State, rep *Detail) (Result, error) {
 	slices, cslices, _ := geometryOf(m)
 	type dev struct {
 		shape      string
@@ -308,21 +347,30 @@ func (r *Report) Table() string {
 		}
 		fmt.Fprintf(&b, "%-12s %5d %7.2f %7.2f %6d  %s\n", x.Method, x.GPUs, x.Ratio, x.IsolationRatio, x.Overcommitted, x.Note)
 	}
+	for _, x := range []struct {
+		name string
+		d    *Detail
+	}{{"gpuslice-plan", &r.Planned}, {"gpuslice", &r.Online}} {
+		x.d.table(&b, x.name)
+	}
+	return b.String()
+}
+
+func (r *Detail) table(b *strings.Builder, name string) {
 	if len(r.Devices) > 0 {
 		u := r.Usage
-		fmt.Fprintf(&b, "gpuslice usage: %d/%d memory slices, %d/%d compute slices; promised %d of %d MiB (%.0f%%), %d%% of %d%% compute (%.0f%%)\n",
+		fmt.Fprintf(b, "%s usage: %d/%d memory slices, %d/%d compute slices; promised %d of %d MiB (%.0f%%), %d%% of %d%% compute (%.0f%%)\n", name,
 			u.MemorySlices, u.TotalSlices, u.ComputeSlices, u.TotalCompute, u.PromisedMiB, u.DeviceMiB,
 			100*float64(u.PromisedMiB)/float64(max(u.DeviceMiB, 1)), u.PromisedCompute, u.DeviceCompute,
 			100*float64(u.PromisedCompute)/float64(max(u.DeviceCompute, 1)))
-		fmt.Fprintf(&b, "  %-10s %-10s %7s %6s %8s %8s\n", "shape", "mode", "devices", "claims", "mem fill", "cmp fill")
+		fmt.Fprintf(b, "  %-10s %-10s %7s %6s %8s %8s\n", "shape", "mode", "devices", "claims", "mem fill", "cmp fill")
 		for _, d := range r.Devices {
-			fmt.Fprintf(&b, "  %-10s %-10s %7d %6d %7.0f%% %7.0f%%\n", d.Shape, d.Mode, d.Devices, d.Claims, 100*d.MemFill, 100*d.CompFill)
+			fmt.Fprintf(b, "  %-10s %-10s %7d %6d %7.0f%% %7.0f%%\n", d.Shape, d.Mode, d.Devices, d.Claims, 100*d.MemFill, 100*d.CompFill)
 		}
 	}
 	if r.Check != nil {
-		fmt.Fprintf(&b, "gpuslice CHECK FAILED: %v\n", r.Check)
+		fmt.Fprintf(b, "%s CHECK FAILED: %v\n", name, r.Check)
 	}
-	return b.String()
 }
 
 func (r *Report) kinds() string {
@@ -338,22 +386,29 @@ func (r *Report) kinds() string {
 // Summary renders one line per report: GPUs per method and the bounds.
 func Summary(reports []Report) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-16s %4s %6s %3s %5s %8s %6s %11s %10s %9s\n", "mix", "seed", "claims", "LB", "isoLB",
-		"gpuslice", "whole", "timeslice", "static-mig", "first-fit")
+	fmt.Fprintf(&b, "%-16s %4s %6s %3s %5s", "mix", "seed", "claims", "LB", "isoLB")
+	for _, m := range Methods {
+		fmt.Fprintf(&b, " %*s", width(m), m)
+	}
+	b.WriteByte('\n')
 	for i := range reports {
 		r := &reports[i]
-		cell := func(m Method) string {
+		fmt.Fprintf(&b, "%-16s %4d %6d %3d %5d", r.Mix, r.Seed, r.Claims, r.LowerBound, r.IsolationLowerBound)
+		for _, m := range Methods {
 			x := r.Result(m)
-			if !x.Applicable {
-				return "n/a"
+			cell := fmt.Sprint(x.GPUs)
+			switch {
+			case !x.Applicable:
+				cell = "n/a"
+			case x.Overcommitted != 0:
+				cell = fmt.Sprintf("%d(%d over)", x.GPUs, x.Overcommitted)
 			}
-			if x.Overcommitted != 0 {
-				return fmt.Sprintf("%d(%d over)", x.GPUs, x.Overcommitted)
-			}
-			return fmt.Sprint(x.GPUs)
+			fmt.Fprintf(&b, " %*s", width(m), cell)
 		}
-		fmt.Fprintf(&b, "%-16s %4d %6d %3d %5d %8s %6s %11s %10s %9s\n", r.Mix, r.Seed, r.Claims, r.LowerBound,
-			r.IsolationLowerBound, cell(GPUSlice), cell(WholeGPU), cell(TimeSlice), cell(StaticMIG), cell(FirstFit))
+		b.WriteByte('\n')
 	}
 	return b.String()
 }
+
+// width is a method's column width: its name, and room for "NN(N over)".
+func width(m Method) int { return max(len(m), 10) }

@@ -48,8 +48,9 @@ type replica struct {
 }
 
 // Make plans a spec: it places every replica with the real allocator on a
-// simulated fleet and grows pools sized "as needed" one node at a time
-// until everything fits or a pool reaches its limit.
+// simulated fleet (biggest first, each with AllocateAhead over the replicas
+// after it) and grows pools sized "as needed" one node at a time until
+// everything fits or a pool reaches its limit.
 func Make(s *model.Spec, opts Options) (*Plan, error) {
 	cat := opts.Catalog
 	if cat == nil {
@@ -66,10 +67,16 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range reps {
+	upcoming := make([]alloc.Claim, len(reps))
+	for i := range reps {
+		upcoming[i] = reps[i].claim
+	}
+	for i, r := range reps {
 		tried := map[*pool]bool{}
 		for {
-			a, err := state.Allocate(&r.claim)
+			// The replicas still to place are known: a new shared device
+			// is sized for the ones that could join it.
+			a, err := state.AllocateAhead(&r.claim, upcoming[i+1:])
 			if err == nil {
 				if err := state.Apply(a); err != nil {
 					return nil, fmt.Errorf("plan: %w", err)

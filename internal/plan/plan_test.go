@@ -83,3 +83,41 @@ func TestDedicatedPool(t *testing.T) {
 		}
 	}
 }
+
+// A plan knows every replica, so the first replica's MIG instance is sized
+// for the others: six 6 GiB replicas share instances on one A100 instead
+// of taking six 2g.10gb instances over two GPUs.
+func TestPlanSizesInstancesForReplicas(t *testing.T) {
+	src := []byte(`apiVersion: gpuslice.dev/v1alpha1
+kind: Spec
+pools:
+  - name: a100
+    instanceType: p4d.24xlarge
+    mig: dynamic
+tenants:
+  - name: search
+workloads:
+  - name: svc
+    tenant: search
+    replicas: 6
+    gpu: {memory: 6GiB, compute: 10, mode: mps}
+`)
+	s, diags := spec.ReadNative("replicas.yaml", src)
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Make(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := map[string]bool{}
+	for _, pl := range p.Placements {
+		for _, d := range pl.Devices {
+			devices[d.Device] = true
+		}
+	}
+	if len(p.Pools) != 1 || p.Pools[0].GPUsUsed != 1 || len(devices) >= 6 {
+		t.Fatalf("plan used %d GPUs and %d devices for 6 replicas; want 1 GPU and fewer devices than replicas: %+v",
+			p.Pools[0].GPUsUsed, len(devices), p.Placements)
+	}
+}

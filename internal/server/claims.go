@@ -52,7 +52,7 @@ func (srv *Server) createClaim(w http.ResponseWriter, r *http.Request, p princip
 		return
 	}
 	start := srv.cfg.Clock()
-	a, aerr := srv.allocate(&c, start)
+	a, aerr := srv.allocate(&c, start, nil)
 	if aerr == nil {
 		// The allocation may hand out more than was asked (a whole GPU for
 		// an exclusive claim with no memory): that is what the quota counts.

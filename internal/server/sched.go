@@ -404,8 +404,15 @@ func (srv *Server) retryPending(ctx context.Context) {
 	now := srv.cfg.Clock()
 	s.reserved = nil
 	var placed []api.Claim
-	for _, c := range append([]*api.Claim(nil), s.pending...) {
-		a, err := srv.allocate(c, now)
+	queue := append([]*api.Claim(nil), s.pending...)
+	// The queue is the look-ahead: a claim that opens a shared device gets
+	// one sized for the queued claims behind it that could join it.
+	ahead := make([]alloc.Claim, len(queue))
+	for i, c := range queue {
+		ahead[i] = *allocClaim(c)
+	}
+	for i, c := range queue {
+		a, err := srv.allocate(c, now, ahead[i+1:])
 		if err != nil {
 			s.reasons[c.ID] = err.Error()
 			if s.reserved == nil {
@@ -461,18 +468,18 @@ func (srv *Server) retryPending(ctx context.Context) {
 // allocate decides for a claim under the reservation in force: a claim
 // of the reserved one's priority or lower may not use the node held for
 // it, or waits when no node is. The caller holds s.mu.
-func (srv *Server) allocate(c *api.Claim, now time.Time) (*alloc.Allocation, error) {
+func (srv *Server) allocate(c *api.Claim, now time.Time, ahead []alloc.Claim) (*alloc.Allocation, error) {
 	s := srv.sched
 	ac := allocClaim(c)
 	r := s.reserved
 	if r == nil || r.claim.ID == c.ID || c.Spec.Priority > r.claim.Spec.Priority {
-		return s.st.Allocate(ac)
+		return s.st.AllocateAhead(ac, ahead)
 	}
 	if r.node == "" {
 		return nil, errors.New(srv.waitingBehind(r, now))
 	}
 	require(ac, "node.name != '"+strings.ReplaceAll(r.node, "'", "")+"'")
-	a, err := s.st.Allocate(ac)
+	a, err := s.st.AllocateAhead(ac, ahead)
 	if err != nil {
 		return nil, fmt.Errorf("%w (node %s is held for claim %s, pending for %s)", err, r.node, r.claim.ID, now.Sub(r.claim.Created).Round(time.Second))
 	}

@@ -629,3 +629,35 @@ func TestStarvingClaimHoldsOneNode(t *testing.T) {
 		t.Fatalf("after %s drained: %s %q", node, big.State, big.Reason)
 	}
 }
+
+// The queue is the scheduler's look-ahead: replicas that waited together
+// are placed together, the first on a device sized for the ones behind it
+// (AllocateAhead), not each on the smallest MIG instance that holds it.
+func TestQueuedReplicasShareASizedDevice(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	var reps []api.Claim
+	for range 6 { // no node yet: they queue
+		var c api.Claim
+		h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
+			Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 6 * 1024, ComputePercent: 10, Mode: alloc.MPS,
+				Selector: "device.attributes['gpu.nvidia.com'].model == 'A100-40GB'"}}}}, 201, &c)
+		if c.State != api.Pending {
+			t.Fatalf("replica placed with no node: %+v", c)
+		}
+		reps = append(reps, c)
+	}
+	h.node("host-a", "mixed") // 2 × A100-40GB (dynamic MIG) + 2 × L4
+	devices := map[string]bool{}
+	for _, c := range reps {
+		var got api.Claim
+		h.must(acme, "GET", "/v1/claims/"+c.ID+"?wait=5s&state=pending", nil, 200, &got)
+		if got.State != api.Allocated {
+			t.Fatalf("replica %s: %s (%s)", got.ID, got.State, got.Reason)
+		}
+		devices[got.Allocation.Devices[0].Device] = true
+	}
+	if len(devices) > 2 {
+		t.Fatalf("6 queued replicas of 6 GiB took %d devices: %v; the first should be sized for the rest", len(devices), devices)
+	}
+}
