@@ -12,7 +12,7 @@ import (
 // is created, and cannot grow while in use: Allocate, seeing one claim,
 // creates the smallest MIG instance that holds it, and the same tenant's
 // next replica, which does not fit beside it, gets another small instance.
-// Six 6 GiB replicas then take six 2g.10gb instances (12 memory slices of
+// Six 6 GiB replicas then take six 1g.10gb instances (12 memory slices of
 // an A100-40GB) where one 7g.40gb (8) would hold them all.
 //
 // AllocateAhead decides like Allocate, and when that answer opens or

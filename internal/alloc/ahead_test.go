@@ -7,7 +7,7 @@ import (
 )
 
 // Six 6 GiB replicas of one tenant on A100-40GB with dynamic MIG: online,
-// each gets the smallest instance that holds it (a 2g.10gb), which takes
+// each gets the smallest instance that holds it (a 1g.10gb: 2 memory slices, 1 compute slice), which takes
 // 12 memory slices and two GPUs; with the replicas still to come in view,
 // the first gets an instance sized for several and the rest join it.
 func TestAllocateAheadSizesForMates(t *testing.T) {
@@ -46,8 +46,8 @@ func TestAllocateAheadSizesForMates(t *testing.T) {
 	}
 	g0, p0 := run(false)
 	g1, p1 := run(true)
-	if g0 != 2 || len(p0) != 6 {
-		t.Fatalf("online: %d GPUs, instances %v; want 2 GPUs and six 2g.10gb", g0, p0)
+	if g0 != 2 || fmt.Sprint(p0) != "[1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb]" {
+		t.Fatalf("online: %d GPUs, instances %v; want 2 GPUs and six 1g.10gb", g0, p0)
 	}
 	if g1 != 1 || len(p1) >= len(p0) {
 		t.Fatalf("ahead: %d GPUs, instances %v; want 1 GPU and fewer instances than %v", g1, p1, p0)

@@ -86,7 +86,7 @@ func TestDedicatedPool(t *testing.T) {
 
 // A plan knows every replica, so the first replica's MIG instance is sized
 // for the others: six 6 GiB replicas share instances on one A100 instead
-// of taking six 2g.10gb instances over two GPUs.
+// of taking six 1g.10gb instances over two GPUs.
 func TestPlanSizesInstancesForReplicas(t *testing.T) {
 	src := []byte(`apiVersion: gpuslice.dev/v1alpha1
 kind: Spec
