@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
 
@@ -231,4 +232,109 @@ func allows(d decision, m Mode) bool {
 		}
 	}
 	return false
+}
+
+// PlaceAll places claims in order, each with AllocateAhead over the ones
+// after it, applying each answer. It stops at the first claim that does
+// not fit and returns the allocations made so far with that error (a
+// *NoFitError for a claim that fits nowhere). Unlike Allocate it changes
+// the State: it is a planner's loop, run on a State the caller owns.
+func (s *State) PlaceAll(order []Claim) ([]*Allocation, error) {
+	out := make([]*Allocation, 0, len(order))
+	for i := range order {
+		a, err := s.AllocateAhead(&order[i], order[i+1:])
+		if err != nil {
+			return out, err
+		}
+		if err := s.Apply(a); err != nil {
+			return out, fmt.Errorf("claim %s: %w", order[i].Name, err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// RefineOrder orders claims for another planning pass, from where this
+// State has them: first-fit decreasing over the devices the last pass
+// chose. A pass sorted by claim size finds out how big each device should
+// be only as it goes (AllocateAhead sizes a tenant's device when its first
+// claim comes, after bigger claims of other tenants have already spread
+// over the GPUs); the next pass places the biggest devices first, each
+// device's claims together in the order they had, so a MIG layout is filled
+// like a bin by decreasing items. Priority still comes first. Claims this
+// State has not allocated keep their relative order, after the allocated
+// ones of their priority.
+func (s *State) RefineOrder(order []Claim) []Claim {
+	type key struct {
+		size  int   // the claim's biggest device: GPU share in 1/840ths
+		mem   int64 // its memory, to break ties between devices
+		dev   string
+		first int // position in order of the device's first claim
+		pos   int
+		found bool
+	}
+	keys := make([]key, len(order))
+	firstOf := map[string]int{}
+	for i := range order {
+		k := key{pos: i}
+		if a := s.allocs[order[i].Name]; a != nil {
+			k.found = true
+			for _, d := range a.Devices {
+				size, mem := s.deviceSize(d)
+				if size > k.size || (size == k.size && mem > k.mem) {
+					k.size, k.mem, k.dev = size, mem, d.Device
+				}
+			}
+			if _, ok := firstOf[k.dev]; !ok {
+				firstOf[k.dev] = i
+			}
+			k.first = firstOf[k.dev]
+		}
+		keys[i] = k
+	}
+	idx := make([]int, len(order))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(x, y int) bool {
+		a, b := &keys[idx[x]], &keys[idx[y]]
+		ca, cb := &order[idx[x]], &order[idx[y]]
+		switch {
+		case ca.Priority != cb.Priority:
+			return ca.Priority > cb.Priority
+		case a.found != b.found:
+			return a.found
+		case !a.found:
+			return a.pos < b.pos
+		case a.size != b.size:
+			return a.size > b.size
+		case a.mem != b.mem:
+			return a.mem > b.mem
+		case a.first != b.first:
+			return a.first < b.first
+		}
+		return a.pos < b.pos
+	})
+	out := make([]Claim, len(order))
+	for i, j := range idx {
+		out[i] = order[j]
+	}
+	return out
+}
+
+// deviceSize is the GPU share (in 1/840ths) and memory of an assigned
+// device: a MIG instance's profile, or the whole GPU.
+func (s *State) deviceSize(d Assigned) (int, int64) {
+	gi, ok := s.gpuIdx[d.GPU]
+	if !ok {
+		return 0, 0
+	}
+	g := &s.gpus[gi]
+	if d.Profile != "" && g.geo != nil {
+		if p, ok := g.geo.Lookup(d.Profile); ok {
+			mem, _ := profileSize(g.model, g.geo, p)
+			return lockedShare(g.geo, p), mem
+		}
+	}
+	return lockedUnits, g.model.MemoryMiB
 }

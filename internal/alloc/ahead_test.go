@@ -124,3 +124,47 @@ func TestSortForPlacement(t *testing.T) {
 		t.Fatalf("order %v, want %s", got, want)
 	}
 }
+
+// RefineOrder sorts by the devices the last pass chose: the biggest device
+// first, its claims together in their old order; unallocated claims last
+// in their priority, in their old order.
+func TestRefineOrder(t *testing.T) {
+	s := newState(t, Policy{}, gpuNode("n1", "A100-40GB", 2, migDynamic))
+	small := *claim("small", "a", Request{Profile: "1g.5gb", Mode: MIG})
+	bigA := *claim("big-a", "b", Request{MemoryMiB: 12 * 1024, Mode: MPS, ComputePercent: 10})
+	bigB := *claim("big-b", "b", Request{MemoryMiB: 14 * 1024, Mode: MPS, ComputePercent: 10})
+	mid := *claim("mid", "c", Request{Profile: "2g.10gb", Mode: MIG})
+	order := []Claim{small, bigA, mid, bigB}
+	if _, err := s.PlaceAll(order); err != nil {
+		t.Fatal(err)
+	}
+	late := *claim("late", "d", Request{MemoryMiB: 1024})
+	urgent := *claim("urgent", "d", Request{MemoryMiB: 1024})
+	urgent.Priority = 5
+	var got []string
+	for _, c := range s.RefineOrder(append(order, late, urgent)) {
+		got = append(got, c.Name)
+	}
+	// b's two claims share the 3g.20gb AllocateAhead sized for both.
+	if want := "[urgent big-a big-b mid small late]"; fmt.Sprint(got) != want {
+		t.Fatalf("order %v, want %s (allocations %v)", got, want, s.Allocations())
+	}
+}
+
+// PlaceAll stops at the first claim that fits nowhere and returns what it
+// placed before it.
+func TestPlaceAllStopsAtNoFit(t *testing.T) {
+	s := newState(t, Policy{}, gpuNode("n1", "T4", 1))
+	order := []Claim{
+		*claim("a", "t", Request{MemoryMiB: 8192, Mode: TimeSlice}),
+		*claim("huge", "t", Request{MemoryMiB: 64 * 1024}),
+		*claim("b", "t", Request{MemoryMiB: 1024, Mode: TimeSlice}),
+	}
+	as, err := s.PlaceAll(order)
+	if !IsNoFit(err) || len(as) != 1 || as[0].Claim != "a" {
+		t.Fatalf("placed %d, err %v", len(as), err)
+	}
+	if _, ok := s.Allocations()["a"]; !ok || len(s.Allocations()) != 1 {
+		t.Fatalf("state holds %v", s.Allocations())
+	}
+}

@@ -12,16 +12,20 @@
 //
 // Run places those claims seven ways and returns a Report:
 //
-//   - gpuslice-plan: the real allocator as a capacity plan uses it, knowing
-//     every claim: alloc.SortForPlacement (priority, then biggest first),
-//     then alloc.State.AllocateAhead for each claim over the ones after it
-//     (a new shared device is sized for the tenant's claims still to come),
-//     then Apply. Binpack policy, on a fleet of twice as many GPUs as
-//     claims, every GPU with dynamic sharing and, on MIG-capable models,
-//     dynamic MIG. A GPU counts when it holds at least one allocation.
-//     State.Check must hold afterwards (no overcommit, isolation intact)
-//     and the promised memory and compute of every device are re-added
-//     from the allocations and compared with the device as a second check.
+//   - gpuslice-plan: the real allocator as a capacity plan uses it,
+//     knowing every claim. Pass 1 sorts with alloc.SortForPlacement
+//     (priority, then biggest first) and places with
+//     alloc.State.PlaceAll, i.e. AllocateAhead over the claims after each
+//     one (a new shared device is sized for the tenant's claims still to
+//     come) then Apply; each next pass places in the RefineOrder of the
+//     pass before (first-fit decreasing over the devices it chose), up to
+//     Passes; the pass with the fewest GPUs is kept. Binpack policy, on a
+//     fleet of twice as many GPUs as claims, every GPU with dynamic sharing
+//     and, on MIG-capable models, dynamic MIG. A GPU counts when it holds
+//     at least one allocation. State.Check must hold afterwards (no
+//     overcommit, isolation intact) and the promised memory and compute of
+//     every device are re-added from the allocations and compared with the
+//     device as a second check.
 //   - gpuslice: the same allocator online, as a running cluster meets the
 //     claims: one at a time in arrival order with Allocate, no look-ahead.
 //   - whole-gpu: one claim per GPU (what a plain nvidia.com/gpu: 1 gives).

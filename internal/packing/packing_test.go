@@ -32,11 +32,11 @@ var achieved = map[string]struct {
 	"inference-a100": {planRatio: 1.15, onlineRatio: 1.45, why: "MIG rounding: a tenant's replicas share only its " +
 		"own instances, and the last instance of each tenant is part empty; the bound treats a tenant's memory and " +
 		"compute as fluid slices. Online, instances are sized for the claim in hand and end 60–90% full"},
-	"mixed-h100": {planRatio: 1.25, onlineRatio: 1.45, why: "the same rounding for serving replicas and notebooks, " +
+	"mixed-h100": {planRatio: 1.12, onlineRatio: 1.45, why: "the same rounding for serving replicas and notebooks, " +
 		"and 50% batch jobs take a 4g (57%) whose 3g neighbour (42%) cannot hold another 50% job"},
 	"notebooks-a100": {planRatio: 1.20, onlineRatio: 1.40, why: "notebooks of 2–10% compute from twelve tenants: " +
 		"every tenant's last instance is part empty, and a GPU holds at most 7 instances; the bound ignores both"},
-	"inference-l4": {planRatio: 1.08, onlineRatio: 1.16, firstFitSlack: 1.08, why: "no MIG, so tenant isolation " +
+	"inference-l4": {planRatio: 1.0, onlineRatio: 1.16, firstFitSlack: 1.08, why: "no MIG, so tenant isolation " +
 		"means whole GPUs per tenant: gpuslice meets the isolation bound on 3 of 5 seeds and ties first-fit there " +
 		"(both optimal, so 'strictly fewer' is impossible); elsewhere a tenant's memory rounds up to one more GPU " +
 		"than the bound, which pools it across the tenant's time-sliced and MPS work"},

@@ -199,32 +199,48 @@ func fleetFor(m *catalog.GPU, n int) alloc.Fleet {
 	return f
 }
 
+// Passes is how many passes gpuslice-plan makes: the first in
+// SortForPlacement order, each next in the RefineOrder of the one before;
+// the pass using the fewest GPUs is kept (the first on ties).
+const Passes = 4
+
 // runGPUSlice places the claims with the real allocator: online, one by
-// one in arrival order with Allocate; planned, sorted with
-// SortForPlacement and each placed with AllocateAhead over the rest.
+// one in arrival order with Allocate; planned, as a plan does (see Passes
+// and alloc.State.PlaceAll).
 func runGPUSlice(m *catalog.GPU, claims []alloc.Claim, planned bool, det *Detail) (Result, error) {
 	det.Fleet = max(2*len(claims), 8)
-	s, err := alloc.NewState(fleetFor(m, det.Fleet), nil, alloc.Options{})
-	if err != nil {
-		return Result{}, err
-	}
-	order := claims
+	fresh := func() (*alloc.State, error) { return alloc.NewState(fleetFor(m, det.Fleet), nil, alloc.Options{}) }
+	var s *alloc.State
 	if planned {
-		order = append([]alloc.Claim(nil), claims...)
+		order := append([]alloc.Claim(nil), claims...)
 		alloc.SortForPlacement(order)
-	}
-	for i := range order {
-		var a *alloc.Allocation
-		if planned {
-			a, err = s.AllocateAhead(&order[i], order[i+1:])
-		} else {
-			a, err = s.Allocate(&order[i])
+		best := -1
+		for pass := range Passes {
+			st, err := fresh()
+			if err != nil {
+				return Result{}, err
+			}
+			if _, err := st.PlaceAll(order); err != nil {
+				return Result{}, fmt.Errorf("gpuslice-plan pass %d: %w", pass+1, err)
+			}
+			if n := gpusUsed(st); best < 0 || n < best {
+				s, best = st, n
+			}
+			order = st.RefineOrder(order)
 		}
-		if err != nil {
-			return Result{}, fmt.Errorf("gpuslice: %w", err)
+	} else {
+		var err error
+		if s, err = fresh(); err != nil {
+			return Result{}, err
 		}
-		if err := s.Apply(a); err != nil {
-			return Result{}, fmt.Errorf("gpuslice: apply %s: %w", order[i].Name, err)
+		for i := range claims {
+			a, err := s.Allocate(&claims[i])
+			if err != nil {
+				return Result{}, fmt.Errorf("gpuslice: %w", err)
+			}
+			if err := s.Apply(a); err != nil {
+				return Result{}, fmt.Errorf("gpuslice: apply %s: %w", claims[i].Name, err)
+			}
 		}
 	}
 	if det.Check = s.Check(); det.Check != nil {
@@ -235,6 +251,17 @@ func runGPUSlice(m *catalog.GPU, claims []alloc.Claim, planned bool, det *Detail
 		res.Method = GPUSlicePlan
 	}
 	return res, err
+}
+
+// gpusUsed counts the GPUs holding at least one allocation.
+func gpusUsed(s *alloc.State) int {
+	used := map[string]bool{}
+	for _, a := range s.Allocations() {
+		for _, d := range a.Devices {
+			used[d.GPU] = true
+		}
+	}
+	return len(used)
 }
 
 // summarise counts the GPUs gpuslice used, re-adds every device's

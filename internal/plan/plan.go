@@ -110,9 +110,88 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 			state = grown
 		}
 	}
+	if len(p.Unplaced) == 0 {
+		if state, err = p.refine(s, pools, state, reps); err != nil {
+			return nil, err
+		}
+	}
 	p.fill(s, pools, state, cat)
 	p.warn(s, pools, state)
 	return p, nil
+}
+
+// passes is how many more passes refine makes over the grown fleet (a
+// variable so a test can turn refining off).
+var passes = 3
+
+// refine makes more passes over the fleet the first pass grew, each in
+// the order alloc.State.RefineOrder derives from the pass before
+// (first-fit decreasing over the devices that pass chose), and keeps the
+// first pass that places every replica on fewer GPUs. Nodes of pools
+// sized "as needed" that the kept pass leaves empty at the end of the
+// pool are given back.
+func (p *Plan) refine(s *model.Spec, pools []*pool, first *alloc.State, reps []replica) (*alloc.State, error) {
+	byName := make(map[string]*replica, len(reps))
+	order := make([]alloc.Claim, len(reps))
+	for i := range reps {
+		byName[reps[i].claim.Name] = &reps[i]
+		order[i] = reps[i].claim
+	}
+	best, bestGPUs := first, gpusUsed(first)
+	var bestAllocs []*alloc.Allocation
+	prev := first
+	for range passes {
+		order = prev.RefineOrder(order)
+		st, err := build(s, pools, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		as, err := st.PlaceAll(order)
+		if err != nil {
+			break // this order does not fit the grown fleet: keep what we have
+		}
+		if n := gpusUsed(st); n < bestGPUs {
+			best, bestGPUs, bestAllocs = st, n, as
+		}
+		prev = st
+	}
+	if bestAllocs == nil {
+		return first, nil
+	}
+	p.Placements = p.Placements[:0]
+	allocs := make([]alloc.Allocation, len(bestAllocs))
+	nodesUsed := map[string]bool{}
+	for i, a := range bestAllocs {
+		r := byName[a.Claim]
+		p.Placements = append(p.Placements, Placement{Workload: r.wl.Name, Tenant: r.wl.Tenant, Replica: r.n,
+			Pool: poolOf(a, best), Devices: a.Devices, Why: a.Why})
+		allocs[i] = *a
+		for _, d := range a.Devices {
+			nodesUsed[d.Node] = true
+		}
+	}
+	trimmed := false
+	for _, pl := range pools {
+		for pl.auto && pl.nodes > 0 && !nodesUsed[nodeName(pl, pl.nodes-1)] {
+			pl.nodes--
+			trimmed = true
+		}
+	}
+	if !trimmed {
+		return best, nil
+	}
+	return build(s, pools, best, allocs)
+}
+
+// gpusUsed counts the GPUs holding at least one allocation.
+func gpusUsed(st *alloc.State) int {
+	used := map[string]bool{}
+	for _, a := range st.Allocations() {
+		for _, d := range a.Devices {
+			used[d.GPU] = true
+		}
+	}
+	return len(used)
 }
 
 func resolvePools(cat *catalog.Catalog, s *model.Spec) ([]*pool, error) {
@@ -241,7 +320,7 @@ func build(s *model.Spec, pools []*pool, prev *alloc.State, allocs []alloc.Alloc
 	}
 	for _, p := range pools {
 		for i := 0; i < p.nodes; i++ {
-			name := fmt.Sprintf("%s-%d", p.spec.Name, i)
+			name := nodeName(p, i)
 			if n, ok := have[name]; ok {
 				f.Nodes = append(f.Nodes, n)
 				continue
@@ -341,3 +420,6 @@ func poolOfNode(node string) string {
 	}
 	return node
 }
+
+// nodeName names node i of a pool; poolOfNode reads the pool back.
+func nodeName(p *pool, i int) string { return fmt.Sprintf("%s-%d", p.spec.Name, i) }

@@ -7,6 +7,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/model"
+	"github.com/gpuslice/gpuslice/internal/packing"
 	"github.com/gpuslice/gpuslice/internal/spec"
 )
 
@@ -120,4 +121,70 @@ workloads:
 		t.Fatalf("plan used %d GPUs and %d devices for 6 replicas; want 1 GPU and fewer devices than replicas: %+v",
 			p.Pools[0].GPUsUsed, len(devices), p.Placements)
 	}
+}
+
+// The packing benchmark's mixes as plans: every replica is placed, refine
+// never costs GPUs, the plan does as well as the benchmark's gpuslice-plan
+// (it cannot beat the isolation bound), and no empty node is bought.
+func TestPlanRefinesPackingMixes(t *testing.T) {
+	for _, mix := range packing.Mixes() {
+		for _, seed := range []uint64{1, 2} {
+			claims, err := mix.Claims(seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wls []model.Workload
+			for _, c := range claims {
+				wls = append(wls, model.Workload{Name: c.Name, Tenant: c.Tenant, Replicas: 1, Isolation: c.Isolation,
+					Requests: c.Requests})
+			}
+			spec := &model.Spec{Policy: alloc.Policy{Placement: "binpack"},
+				Pools:     []model.Pool{{Name: "gpus", GPU: mix.GPU, GPUsPerNode: 8, MIG: migIfAny(t, mix.GPU)}},
+				Workloads: wls}
+			single := *spec
+			p, err := Make(spec, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			one, err := makeOnePass(&single)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := packing.Run(mix, seed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, first, bench := p.Pools[0].GPUsUsed, one.Pools[0].GPUsUsed, rep.Result(packing.GPUSlicePlan).GPUs
+			t.Logf("%s seed %d: plan %d GPUs (first pass %d), benchmark %d, isolation bound %d", mix.Name, seed, got, first, bench, rep.IsolationLowerBound)
+			switch {
+			case len(p.Unplaced) > 0:
+				t.Errorf("%s seed %d: %d unplaced", mix.Name, seed, len(p.Unplaced))
+			case got > first:
+				t.Errorf("%s seed %d: refining went from %d to %d GPUs", mix.Name, seed, first, got)
+			case got < rep.IsolationLowerBound || got > bench:
+				t.Errorf("%s seed %d: plan %d GPUs; benchmark %d, bound %d", mix.Name, seed, got, bench, rep.IsolationLowerBound)
+			}
+			if p.Pools[0].Nodes*8 < got || (p.Pools[0].Nodes-1)*8 >= got+8 {
+				t.Errorf("%s seed %d: %d nodes for %d GPUs: empty nodes kept", mix.Name, seed, p.Pools[0].Nodes, got)
+			}
+		}
+	}
+}
+
+func migIfAny(t *testing.T, gpu string) string {
+	g, err := catalog.Default().GPU(gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.MIG != nil {
+		return "dynamic"
+	}
+	return ""
+}
+
+// makeOnePass is Make without refine's extra passes.
+func makeOnePass(s *model.Spec) (*Plan, error) {
+	defer func(n int) { passes = n }(passes)
+	passes = 0
+	return Make(s, Options{})
 }
