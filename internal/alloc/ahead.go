@@ -51,7 +51,7 @@ func (s *State) AllocateAhead(c *Claim, ahead []Claim) (*Allocation, error) {
 		r := &m.Requests[0]
 		want.mem += r.MemoryMiB
 		want.comp += r.ComputePercent
-		b, err := s.allocate(c, want)
+		b, err := s.allocate(c, want, false)
 		if err != nil {
 			break // a larger room will not fit either
 		}

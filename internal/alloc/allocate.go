@@ -19,12 +19,14 @@ const MPSPipeRoot = "/run/gpuslice/mps"
 // caller commits the answer with Apply. When nothing fits, the error is a
 // *NoFitError saying per node why.
 func (s *State) Allocate(c *Claim) (*Allocation, error) {
-	return s.allocate(c, room{})
+	return s.allocate(c, room{}, true)
 }
 
 // allocate is Allocate asking a single-device claim's new device (one it
-// opens or creates, not one it joins) for room beyond the request.
-func (s *State) allocate(c *Claim, extra room) (*Allocation, error) {
+// opens or creates, not one it joins) for room beyond the request. Without
+// explain, a claim that fits nowhere gets errNoRoom instead of the costly
+// *NoFitError.
+func (s *State) allocate(c *Claim, extra room, explain bool) (*Allocation, error) {
 	if err := validateClaim(c, func(expr string) error { _, err := s.sel.get(expr); return err }); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.Name, err)
 	}
@@ -36,7 +38,7 @@ func (s *State) allocate(c *Claim, extra room) (*Allocation, error) {
 		iso = IsolationTenant
 	}
 	a := &Allocation{Claim: c.Name, Tenant: c.Tenant, Isolation: iso}
-	p := placer{s: s, c: c, iso: iso, groups: constraintGroups(c), explain: true}
+	p := placer{s: s, c: c, iso: iso, groups: constraintGroups(c), explain: explain}
 	steps := decisionOrder(c, iso)
 	if len(steps) == 1 {
 		p.room = extra

@@ -12,6 +12,12 @@ func (s *State) bestIndexed(n *need) (cand, bool) {
 	if c, ok := s.bestOpen(n); ok {
 		return c, true
 	}
+	if n.room != (room{}) {
+		// Room for claims to come is sought in free space only: evicting
+		// or switching for it is a scan of the fleet per attempt, and the
+		// claim's own size (tried without room) may still do both.
+		return cand{}, false
+	}
 	return s.bestSlow(n, s.allNodes())
 }
 

@@ -347,3 +347,45 @@ func optimalBins(items []int64, c int64) int64 {
 	place(0)
 	return best
 }
+
+// BenchmarkPlanAtScale plans ~2,300 claims (40 seeds of mixed-h100, 80
+// tenants) the way gpuslice-plan does (Passes passes of PlaceAll), against
+// placing them online once.
+func BenchmarkPlanAtScale(b *testing.B) {
+	mix := Mixes()[1]
+	m, err := catalog.Default().GPU(mix.GPU)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var claims []alloc.Claim
+	for k := range 40 {
+		cs, err := mix.Claims(uint64(k))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range cs {
+			c.Name = fmt.Sprintf("%s-%d", c.Name, k)
+			c.Tenant = fmt.Sprintf("%s-%d", c.Tenant, k%10)
+			claims = append(claims, c)
+		}
+	}
+	for _, planned := range []bool{true, false} {
+		name := "online"
+		if planned {
+			name = "plan"
+		}
+		b.Run(name, func(b *testing.B) {
+			var gpus int
+			for b.Loop() {
+				var det Detail
+				r, err := runGPUSlice(m, claims, planned, &det)
+				if err != nil {
+					b.Fatal(err)
+				}
+				gpus = r.GPUs
+			}
+			b.ReportMetric(float64(len(claims)), "claims")
+			b.ReportMetric(float64(gpus), "GPUs")
+		})
+	}
+}
