@@ -94,15 +94,19 @@ func mateable(c *Claim) bool {
 	return max(r.Count, 1) == 1 && r.MemoryMiB > 0 && r.Profile == "" && c.Isolation != IsolationHardware
 }
 
-// matesOf lists the claims of ahead that could share c's new device of
-// mode m: mateable, not yet allocated, the same isolation and selector
-// (so the same devices qualify), the same tenant (under isolation none,
-// any tenant with isolation none), and m among their mechanisms.
+// matesOf lists the claims among the first 4,096 of ahead that could
+// share c's new device of mode m: mateable, not yet allocated, the same
+// isolation and selector (so the same devices qualify), the same tenant
+// (under isolation none, any tenant with isolation none), and m among
+// their mechanisms.
 func (s *State) matesOf(c *Claim, m Mode, ahead []Claim) []*Claim {
-	const most = 32 // enough to fill any device; bounds the work
+	const (
+		most  = 32   // mates: enough to fill any device
+		scope = 4096 // claims looked at: bounds the work on a long queue
+	)
 	iso := orTenant(c.Isolation)
 	var out []*Claim
-	for i := range ahead {
+	for i := range ahead[:min(len(ahead), scope)] {
 		o := &ahead[i]
 		if o.Name == c.Name || !mateable(o) || orTenant(o.Isolation) != iso || o.Requests[0].Selector != c.Requests[0].Selector {
 			continue
