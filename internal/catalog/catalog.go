@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -279,4 +280,14 @@ func (it InstanceType) clone() InstanceType {
 		it.Price = &pr
 	}
 	return it
+}
+
+// HasGPM reports whether NVML's GPU Performance Monitoring (GPM) works on
+// the model: Hopper and newer, i.e. compute capability 9.0 and up. GPM is
+// what measures a MIG instance's SM utilization; NVML keeps no
+// per-process samples there.
+func (g *GPU) HasGPM() bool {
+	major, _, _ := strings.Cut(g.ComputeCapability, ".")
+	n, err := strconv.Atoi(major)
+	return err == nil && n >= 9
 }

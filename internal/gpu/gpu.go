@@ -86,8 +86,10 @@ type Process struct {
 	MemoryMiB int64 `json:"memoryMiB"`
 	// SMPercent is the process's SM utilization, in percent of the whole
 	// GPU, averaged since the previous Processes call on the same device
-	// (NVML's per-process samples). Nil when it was not sampled: NVML
-	// keeps no per-process samples for MIG instances.
+	// (NVML's per-process samples). NVML keeps no per-process samples for
+	// MIG instances: on Hopper and newer it is the instance's utilization
+	// (GPM) split equally among its processes, nil on the first read of
+	// an instance; nil on older GPUs in MIG mode.
 	SMPercent *int `json:"smPercent,omitempty"`
 }
 

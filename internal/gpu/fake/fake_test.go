@@ -412,3 +412,54 @@ func TestCanceledContext(t *testing.T) {
 		t.Errorf("Events: %v", err)
 	}
 }
+
+// On an H100, a MIG instance's processes get SM utilization as gpu/nvml
+// gets it from GPM: none on the first read, then the instance's busy share
+// scaled to the GPU and split equally. An A100 gives none.
+func TestMIGProcessUtilizationLikeGPM(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		model string
+		want  int // per process on the second read, -1 for none
+	}{
+		{"H100-80GB-SXM", 21}, // (80 + 25)% capped at 100, × 3/7 of the SMs, ÷ 2
+		{"A100-40GB", -1},
+	} {
+		m := mustNew(t, fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: tc.model, MIGEnabled: true}}})
+		profile := "3g.40gb"
+		if tc.model == "A100-40GB" {
+			profile = "3g.20gb"
+		}
+		in, err := m.CreateInstance(ctx, 0, profile, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range []int{11, 12} {
+			if err := m.StartProcess(in.UUID, pid, 1024); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := m.SetProcessUtilization(11, 80); err != nil {
+			t.Fatal(err)
+		}
+		for read := 1; read <= 2; read++ {
+			ps, err := m.Processes(ctx, in.UUID)
+			if err != nil || len(ps) != 2 {
+				t.Fatalf("%s: Processes = %+v, %v", tc.model, ps, err)
+			}
+			for _, p := range ps {
+				got := -1
+				if p.SMPercent != nil {
+					got = *p.SMPercent
+				}
+				want := tc.want
+				if read == 1 {
+					want = -1
+				}
+				if got != want {
+					t.Errorf("%s read %d: pid %d SM %d, want %d (-1: none)", tc.model, read, p.PID, got, want)
+				}
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -72,6 +73,9 @@ type device struct {
 	occ     mig.Occupancy
 	insts   []*instance // by start slice
 	util    map[string]utilization
+	// gpmRead lists the MIG instances whose processes were listed once:
+	// like NVML's GPM, a second read is needed for a rate.
+	gpmRead map[string]bool
 }
 
 // instance is a MIG GPU instance with its profile's index in the geometry.
@@ -352,7 +356,8 @@ func (m *Machine) SetComputeMode(ctx context.Context, index int, mode gpu.Comput
 // Processes lists the processes on a GPU or a MIG instance by pid. A GPU's
 // uuid lists the processes of all its instances too. Processes on a GPU
 // outside MIG mode carry an SM utilization (see SetProcessUtilization);
-// in MIG mode they carry none, as with NVML.
+// in MIG mode only a MIG instance's processes on a Hopper or newer GPU do,
+// from the second read on, as gpu/nvml gets them from GPM (gpmSample).
 func (m *Machine) Processes(ctx context.Context, uuid string) ([]gpu.Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -365,11 +370,17 @@ func (m *Machine) Processes(ctx context.Context, uuid string) ([]gpu.Process, er
 	}
 	procs := m.procsOn(d, in)
 	out := make([]gpu.Process, len(procs))
+	if d.migOn {
+		for i, p := range procs {
+			out[i] = gpu.Process{PID: p.pid, MemoryMiB: p.memMiB}
+		}
+		if in != nil && d.model != nil && d.model.HasGPM() {
+			m.gpmSample(d, in, procs, out)
+		}
+		return out, nil
+	}
 	for i, p := range procs {
 		out[i] = gpu.Process{PID: p.pid, MemoryMiB: p.memMiB}
-		if d.migOn {
-			continue // like NVML: no per-process samples in MIG mode
-		}
 		sm := p.sm
 		if sm < 0 {
 			sm = min(smPerProcess, 100/len(procs))
@@ -377,6 +388,38 @@ func (m *Machine) Processes(ctx context.Context, uuid string) ([]gpu.Process, er
 		out[i].SMPercent = &sm
 	}
 	return out, nil
+}
+
+// gpmSample gives a MIG instance's processes their SM utilization the way
+// gpu/nvml does with GPM: nothing on the first read of the instance, then
+// the instance's utilization (the sum of its processes' — each 25% of the
+// instance unless set — at most 100) scaled by its share of the GPU's
+// compute slices and shared equally. m.mu must be held.
+func (m *Machine) gpmSample(d *device, in *instance, procs []*process, out []gpu.Process) {
+	if d.gpmRead == nil {
+		d.gpmRead = map[string]bool{}
+	}
+	if !d.gpmRead[in.UUID] {
+		d.gpmRead[in.UUID] = true
+		return
+	}
+	if len(procs) == 0 || d.geo == nil {
+		return
+	}
+	busy := 0
+	for _, p := range procs {
+		if p.sm >= 0 {
+			busy += p.sm
+		} else {
+			busy += smPerProcess
+		}
+	}
+	share := float64(d.geo.Shapes[in.shape].Compute) / float64(d.geo.ComputeSlices)
+	each := int(math.Round(float64(min(busy, 100)) * share / float64(len(procs))))
+	for i := range out {
+		v := each
+		out[i].SMPercent = &v
+	}
 }
 
 // Utilization samples a GPU or MIG instance. Unless pinned with

@@ -591,10 +591,26 @@ func testProcessesInstance(s *suite) {
 	if want := []gpu.Process{{PID: 4401, MemoryMiB: 128}}; !sameProcesses(ps, want) {
 		s.t.Errorf("Processes(a) = %+v, want %+v", ps, want)
 	}
-	// NVML keeps no per-process samples for MIG devices.
+	// NVML keeps no per-process samples for MIG devices. GPM (Hopper and
+	// newer) measures an instance between two reads: nothing on the
+	// first, a share of the instance's utilization on the next.
 	for _, p := range ps {
 		if p.SMPercent != nil {
-			s.t.Errorf("pid %d on MIG instance %s has an SM utilization (%d%%); NVML samples none", p.PID, a.UUID, *p.SMPercent)
+			s.t.Errorf("pid %d on MIG instance %s has an SM utilization (%d%%) on the first read", p.PID, a.UUID, *p.SMPercent)
+		}
+	}
+	ps, err = s.dev.Processes(s.ctx, a.UUID)
+	s.must(err, "Processes(%s)", a.UUID)
+	gpm := false
+	if m, err := catalog.Default().GPU(g.Model); err == nil {
+		gpm = m.HasGPM()
+	}
+	for _, p := range ps {
+		switch {
+		case gpm && (p.SMPercent == nil || *p.SMPercent < 0 || *p.SMPercent > 100):
+			s.t.Errorf("pid %d on a %s MIG instance: SM utilization %v on the second read; want GPM's 0..100", p.PID, g.Model, p.SMPercent)
+		case !gpm && p.SMPercent != nil:
+			s.t.Errorf("pid %d on a %s MIG instance has an SM utilization (%d%%); without GPM NVML samples none", p.PID, g.Model, *p.SMPercent)
 		}
 	}
 	ps, err = s.dev.Processes(s.ctx, b.UUID)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -64,6 +65,11 @@ type gpuDev struct {
 	// sampled is the newest per-process utilization sample read (NVML's
 	// CPU timestamp, µs); the next read asks only for newer ones.
 	sampled uint64
+	// gpm holds each MIG device's last GPM sample, by MIG uuid: the next
+	// read measures SM utilization between the two (see sampleMIG).
+	// gpmSupport caches whether the GPU has GPM (nil: not asked yet).
+	gpm        map[string]gonvml.GpmSample
+	gpmSupport *bool
 }
 
 // mib is a mebibyte.
@@ -179,6 +185,9 @@ func (d *Device) Close() (err error) {
 	d.mu.Unlock()
 	d.watchers.Wait() // no event wait may outlive the library
 	defer guard(&err, "shutting down")
+	for _, g := range d.gpus {
+		g.dropGPM("")
+	}
 	if ret := d.lib.Shutdown(); !ok(ret) {
 		return fail(ret, "shutting down", nil)
 	}
@@ -333,16 +342,19 @@ func (d *Device) SetComputeMode(ctx context.Context, index int, mode gpu.Compute
 
 // target is a device a uuid names: a GPU, or one of its MIG devices.
 type target struct {
-	g   *gpuDev
-	h   gonvml.Device // the GPU's handle or the MIG device's
-	mig bool
+	lib  gonvml.Interface
+	g    *gpuDev
+	h    gonvml.Device // the GPU's handle or the MIG device's
+	mig  bool
+	uuid string // the MIG device's
+	giID int    // the MIG device's GPU instance
 }
 
 // resolve finds the GPU or MIG device with uuid. d.mu must be held.
 func (d *Device) resolve(uuid string) (target, error) {
 	for _, g := range d.gpus {
 		if g.lost == nil && g.uuid == uuid {
-			return target{g: g, h: g.h}, nil
+			return target{lib: d.lib, g: g, h: g.h}, nil
 		}
 	}
 	for _, g := range d.gpus {
@@ -362,7 +374,7 @@ func (d *Device) resolve(uuid string) (target, error) {
 		}
 		for _, m := range migs {
 			if m.uuid == uuid {
-				return target{g: g, h: m.h, mig: true}, nil
+				return target{lib: d.lib, g: g, h: m.h, mig: true, uuid: uuid, giID: m.giID}, nil
 			}
 		}
 	}
@@ -404,6 +416,13 @@ func (t target) processes() ([]gpu.Process, error) {
 			v := sm[out[i].PID] // no sample since the last read: idle
 			out[i].SMPercent = &v
 		}
+	} else if pct, ok := t.sampleMIG(); ok && len(out) > 0 {
+		// GPM measures the instance, not its processes: each of them is
+		// given an equal share, so the instance's total is right.
+		for i := range out {
+			v := int(math.Round(pct / float64(len(out))))
+			out[i].SMPercent = &v
+		}
 	}
 	slices.SortFunc(out, func(a, b gpu.Process) int { return a.PID - b.PID })
 	return out, nil
@@ -436,6 +455,98 @@ func (t target) sampleSM() map[int]int {
 		sum[pid] /= n[pid]
 	}
 	return sum
+}
+
+// sampleMIG measures a MIG device's SM utilization with GPM (GPU
+// Performance Monitoring, Hopper and newer): a sample of the device's GPU
+// instance now, against the one kept from the previous read, in percent
+// of the whole GPU (GPM's percent of the instance's busy SMs, scaled by
+// the instance's share of the SMs). It reports false when there is no
+// measure: a whole GPU, a GPU without GPM (A100 and older answer
+// NOT_SUPPORTED), a failed call, or the first read of a device (one
+// sample is not a rate).
+func (t target) sampleMIG() (float64, bool) {
+	if !t.mig || !t.g.hasGPM(t.lib) {
+		return 0, false
+	}
+	now, ret := t.lib.GpmSampleAlloc()
+	if !ok(ret) {
+		return 0, false
+	}
+	if ret := t.lib.GpmMigSampleGet(t.g.h, t.giID, now); !ok(ret) {
+		now.Free()
+		t.g.dropGPM(t.uuid)
+		return 0, false
+	}
+	if t.g.gpm == nil {
+		t.g.gpm = map[string]gonvml.GpmSample{}
+	}
+	prev := t.g.gpm[t.uuid]
+	t.g.gpm[t.uuid] = now
+	if prev == nil {
+		return 0, false
+	}
+	defer prev.Free()
+	mg := gonvml.GpmMetricsGetType{NumMetrics: 1, Sample1: prev, Sample2: now}
+	mg.Metrics[0].MetricId = uint32(gonvml.GPM_METRIC_SM_UTIL)
+	if ret := t.lib.GpmMetricsGet(&mg); !ok(ret) || gonvml.Return(mg.Metrics[0].NvmlReturn) != gonvml.SUCCESS {
+		return 0, false
+	}
+	share, known := t.g.smShare(t.giID)
+	if !known {
+		return 0, false
+	}
+	return min(max(mg.Metrics[0].Value, 0), 100) * share, true
+}
+
+// smShare is the fraction of the GPU's SMs a GPU instance has (its
+// profile's multiprocessor count over the largest profile's): GPM measures
+// a MIG instance against its own SMs, and gpu.Process wants percent of the
+// whole GPU.
+func (g *gpuDev) smShare(giID int) (float64, bool) {
+	ins, err := g.instances()
+	if err != nil {
+		return 0, false
+	}
+	i := slices.IndexFunc(ins, func(in instance) bool { return in.GIID == giID })
+	if i < 0 {
+		return 0, false
+	}
+	table, err := g.profiles()
+	if err != nil {
+		return 0, false
+	}
+	var mine, all uint32
+	for _, e := range table {
+		all = max(all, e.info.MultiprocessorCount)
+		if e.name == ins[i].Profile {
+			mine = e.info.MultiprocessorCount
+		}
+	}
+	if mine == 0 || all == 0 {
+		return 0, false
+	}
+	return float64(mine) / float64(all), true
+}
+
+// hasGPM asks once whether the GPU supports GPM.
+func (g *gpuDev) hasGPM(lib gonvml.Interface) bool {
+	if g.gpmSupport == nil {
+		sup, ret := lib.GpmQueryDeviceSupport(g.h)
+		v := ok(ret) && sup.IsSupportedDevice != 0
+		g.gpmSupport = &v
+	}
+	return *g.gpmSupport
+}
+
+// dropGPM frees the GPM sample kept for a MIG device ("": every one).
+func (g *gpuDev) dropGPM(uuid string) {
+	for id, smp := range g.gpm {
+		if uuid == "" || id == uuid {
+			smp.Free()
+			delete(g.gpm, id)
+		}
+	}
 }
 
 // Utilization samples a GPU: SMPercent is NVML's GPU utilization and

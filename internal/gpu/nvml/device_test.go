@@ -616,3 +616,75 @@ func TestProcessUtilizationOverMock(t *testing.T) {
 		t.Errorf("Processes(MIG) = %+v, %v; want one process without SM sample", ps, err)
 	}
 }
+
+// On a GPU with GPM (Hopper and newer), a MIG device's SM utilization is
+// the GPM measure between two reads, scaled from the instance's SMs to the
+// GPU's and shared equally by its processes;
+// without GPM (the A100) there is none. Samples are freed when replaced,
+// when the instance is destroyed and on Close.
+func TestMIGUtilizationFromGPM(t *testing.T) {
+	for _, hopper := range []bool{false, true} {
+		m := newMockMachine(false)
+		m.hopper = hopper
+		d := openMock(t, m)
+		ctx := t.Context()
+		if err := d.SetMIGMode(ctx, 2, true); err != nil {
+			t.Fatal(err)
+		}
+		in, err := d.CreateInstance(ctx, 2, "3g.20gb", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range []int{701, 702} {
+			if err := m.StartProcess(in.UUID, pid, 512); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.setMigSM(2, in.GIID, 60)
+		read := func() []*int {
+			t.Helper()
+			ps, err := d.Processes(ctx, in.UUID)
+			if err != nil || len(ps) != 2 {
+				t.Fatalf("Processes = %+v, %v", ps, err)
+			}
+			return []*int{ps[0].SMPercent, ps[1].SMPercent}
+		}
+		if got := read(); got[0] != nil || got[1] != nil {
+			t.Errorf("hopper=%v: first read has SM samples %v; one GPM sample is not a rate", hopper, got)
+		}
+		got := read()
+		switch {
+		case !hopper && (got[0] != nil || got[1] != nil):
+			t.Errorf("A100 (no GPM): SM samples %d, %d", *got[0], *got[1])
+		case hopper && (got[0] == nil || got[1] == nil || *got[0] != 13 || *got[1] != 13):
+			// 60% of a 3g.20gb's 42 SMs is 25.7% of the GPU's 98 (the
+			// mock's 7g has 98), shared by two processes: 12.9 each.
+			t.Errorf("GPM: SM samples %v, want 13%% of the GPU each", derefs(got))
+		}
+		if hopper && m.live != 1 {
+			t.Errorf("%d GPM samples held, want 1 (the last)", m.live)
+		}
+		for _, pid := range []int{701, 702} {
+			if err := m.StopProcess(pid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.DestroyInstance(ctx, 2, in.UUID); err != nil {
+			t.Fatal(err)
+		}
+		if m.live != 0 {
+			t.Errorf("hopper=%v: %d GPM samples held after the instance was destroyed", hopper, m.live)
+		}
+	}
+}
+
+func derefs(ps []*int) []any {
+	out := make([]any, len(ps))
+	for i, p := range ps {
+		out[i] = "nil"
+		if p != nil {
+			out[i] = *p
+		}
+	}
+	return out
+}

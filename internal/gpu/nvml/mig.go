@@ -485,5 +485,6 @@ func (d *Device) DestroyInstance(ctx context.Context, index int, uuid string) (e
 	if ret := in.gi.Destroy(); !ok(ret) {
 		return g.lose(ret, fail(ret, what, migCodes))
 	}
+	g.dropGPM(uuid)
 	return nil
 }

@@ -49,6 +49,24 @@ type mockMachine struct {
 	// samples are the per-process utilization samples of each GPU, as
 	// GetProcessUtilization returns them.
 	samples map[int][]gonvml.ProcessUtilizationSample
+	// GPM, which the A100 lacks (NOT_SUPPORTED) unless hopper is set:
+	// then a MIG sample records the SM utilization set for its GPU
+	// instance (migSM[gpu][gi]), GpmMetricsGet reports the later sample's
+	// as the rate, and live counts samples allocated and not freed.
+	hopper bool
+	migSM  map[int]map[int]float64
+	live   int
+}
+
+// mockGpmSample is a GPM sample of one GPU instance.
+type mockGpmSample struct {
+	mock.GpmSample
+	m     *mockMachine
+	taken bool
+	gpu   int
+	gi    int
+	sm    float64
+	freed bool
 }
 
 // mockProc is a simulated process.
@@ -84,6 +102,7 @@ func newMockMachine(plain bool) *mockMachine {
 		samples: map[int][]gonvml.ProcessUtilizationSample{},
 	}
 	m.srv.EventSetCreateFunc = m.newEventSet
+	m.gpmMock()
 	for i, dev := range m.srv.Devices {
 		d := dev.(*dgxa100.Device)
 		m.extend(i, d)
@@ -427,4 +446,66 @@ func (r *recorder) CreateGpuInstance(info *gonvml.GpuInstanceProfileInfo) (gonvm
 func (r *recorder) CreateGpuInstanceWithPlacement(info *gonvml.GpuInstanceProfileInfo, p *gonvml.GpuInstancePlacement) (gonvml.GpuInstance, gonvml.Return) {
 	r.record("CreateGpuInstanceWithPlacement(profile %d, start %d, size %d)", info.Id, p.Start, p.Size)
 	return r.Device.CreateGpuInstanceWithPlacement(info, p)
+}
+
+// gpmMock fills in the GPM calls of the library mock.
+func (m *mockMachine) gpmMock() {
+	m.migSM = map[int]map[int]float64{}
+	m.srv.GpmQueryDeviceSupportFunc = func(gonvml.Device) (gonvml.GpmSupport, gonvml.Return) {
+		if !m.hopper {
+			return gonvml.GpmSupport{}, gonvml.ERROR_NOT_SUPPORTED
+		}
+		return gonvml.GpmSupport{IsSupportedDevice: 1}, gonvml.SUCCESS
+	}
+	m.srv.GpmSampleAllocFunc = func() (gonvml.GpmSample, gonvml.Return) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.live++
+		smp := &mockGpmSample{m: m}
+		smp.FreeFunc = func() gonvml.Return {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if smp.freed {
+				return gonvml.ERROR_INVALID_ARGUMENT
+			}
+			smp.freed = true
+			m.live--
+			return gonvml.SUCCESS
+		}
+		return smp, gonvml.SUCCESS
+	}
+	m.srv.GpmMigSampleGetFunc = func(dev gonvml.Device, gi int, sample gonvml.GpmSample) gonvml.Return {
+		smp, ok := sample.(*mockGpmSample)
+		index := slices.Index(m.srv.Devices[:], dev)
+		if !ok || index < 0 {
+			return gonvml.ERROR_INVALID_ARGUMENT
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		smp.taken, smp.gpu, smp.gi, smp.sm = true, index, gi, m.migSM[index][gi]
+		return gonvml.SUCCESS
+	}
+	m.srv.GpmMetricsGetFunc = func(mg *gonvml.GpmMetricsGetType) gonvml.Return {
+		a, ok1 := mg.Sample1.(*mockGpmSample)
+		b, ok2 := mg.Sample2.(*mockGpmSample)
+		if !ok1 || !ok2 || !a.taken || !b.taken || a.freed || b.freed || a.gpu != b.gpu || a.gi != b.gi || mg.NumMetrics != 1 {
+			return gonvml.ERROR_INVALID_ARGUMENT
+		}
+		if mg.Metrics[0].MetricId != uint32(gonvml.GPM_METRIC_SM_UTIL) {
+			mg.Metrics[0].NvmlReturn = uint32(gonvml.ERROR_NOT_SUPPORTED)
+			return gonvml.SUCCESS
+		}
+		mg.Metrics[0].Value, mg.Metrics[0].NvmlReturn = b.sm, uint32(gonvml.SUCCESS)
+		return gonvml.SUCCESS
+	}
+}
+
+// setMigSM sets the SM utilization GPM reports for a GPU instance.
+func (m *mockMachine) setMigSM(index, gi int, pct float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.migSM[index] == nil {
+		m.migSM[index] = map[int]float64{}
+	}
+	m.migSM[index][gi] = pct
 }
