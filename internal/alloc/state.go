@@ -316,3 +316,14 @@ func (s *State) Clone() *State {
 
 // Allocations returns the committed allocations (do not modify them).
 func (s *State) Allocations() map[string]*Allocation { return s.allocs }
+
+// GPUsUsed counts the GPUs holding at least one allocation.
+func (s *State) GPUsUsed() int {
+	used := map[string]bool{}
+	for _, a := range s.allocs {
+		for _, d := range a.Devices {
+			used[d.GPU] = true
+		}
+	}
+	return len(used)
+}

@@ -223,7 +223,7 @@ func runGPUSlice(m *catalog.GPU, claims []alloc.Claim, planned bool, det *Detail
 			if _, err := st.PlaceAll(order); err != nil {
 				return Result{}, fmt.Errorf("gpuslice-plan pass %d: %w", pass+1, err)
 			}
-			if n := gpusUsed(st); best < 0 || n < best {
+			if n := st.GPUsUsed(); best < 0 || n < best {
 				s, best = st, n
 			}
 			order = st.RefineOrder(order)
@@ -251,17 +251,6 @@ func runGPUSlice(m *catalog.GPU, claims []alloc.Claim, planned bool, det *Detail
 		res.Method = GPUSlicePlan
 	}
 	return res, err
-}
-
-// gpusUsed counts the GPUs holding at least one allocation.
-func gpusUsed(s *alloc.State) int {
-	used := map[string]bool{}
-	for _, a := range s.Allocations() {
-		for _, d := range a.Devices {
-			used[d.GPU] = true
-		}
-	}
-	return len(used)
 }
 
 // summarise counts the GPUs gpuslice used, re-adds every device's

@@ -137,7 +137,7 @@ func (p *Plan) refine(s *model.Spec, pools []*pool, first *alloc.State, reps []r
 		byName[reps[i].claim.Name] = &reps[i]
 		order[i] = reps[i].claim
 	}
-	best, bestGPUs := first, gpusUsed(first)
+	best, bestGPUs := first, first.GPUsUsed()
 	var bestAllocs []*alloc.Allocation
 	prev := first
 	for range passes {
@@ -150,7 +150,7 @@ func (p *Plan) refine(s *model.Spec, pools []*pool, first *alloc.State, reps []r
 		if err != nil {
 			break // this order does not fit the grown fleet: keep what we have
 		}
-		if n := gpusUsed(st); n < bestGPUs {
+		if n := st.GPUsUsed(); n < bestGPUs {
 			best, bestGPUs, bestAllocs = st, n, as
 		}
 		prev = st
@@ -181,17 +181,6 @@ func (p *Plan) refine(s *model.Spec, pools []*pool, first *alloc.State, reps []r
 		return best, nil
 	}
 	return build(s, pools, best, allocs)
-}
-
-// gpusUsed counts the GPUs holding at least one allocation.
-func gpusUsed(st *alloc.State) int {
-	used := map[string]bool{}
-	for _, a := range st.Allocations() {
-		for _, d := range a.Devices {
-			used[d.GPU] = true
-		}
-	}
-	return len(used)
 }
 
 func resolvePools(cat *catalog.Catalog, s *model.Spec) ([]*pool, error) {
