@@ -20,11 +20,12 @@ import (
 // creates a time-sliced or MPS device, it also tries devices with room for
 // the first 1, 2, … of the claim's mates in ahead: the claims that could
 // share the device with it (mode allowed, same tenant, isolation and
-// selector, one device, memory asked, no profile or constraint). It keeps the answer
-// whose device costs the least GPU share per share of demand it can hold
-// (its GPU share — the larger of its memory and compute fractions —
-// divided by that of the claim plus the mates that fit, first-fit in ahead
-// order), preferring on ties the device that holds more. The mates are not
+// selector, one device, memory asked, no profile or constraint). Room is
+// sought in free space only (no eviction or mode switch for it). It keeps
+// the answer whose device costs the least GPU share per share of demand it
+// can hold (its GPU share — the larger of its memory and compute fractions
+// — divided by that of the claim plus the mates that fit, first-fit in
+// ahead order), preferring on ties the device that holds more. The mates are not
 // placed: each is decided when its turn comes, and joins the device if it
 // still fits (joining beats opening in the allocator's order).
 //
@@ -56,11 +57,11 @@ func (s *State) AllocateAhead(c *Claim, ahead []Claim) (*Allocation, error) {
 			break // a larger room will not fit either
 		}
 		bd := b.Devices[0]
-		if key := bd.Profile + "|" + bd.GPU; seen[key] {
+		key := bd.Profile + "|" + bd.GPU
+		if seen[key] {
 			continue
-		} else {
-			seen[key] = true
 		}
+		seen[key] = true
 		if sc := s.sizeScore(b, c, mates); sc.better(bestScore) {
 			best, bestScore = b, sc
 		}
@@ -154,13 +155,7 @@ func (a sizeScore) better(b sizeScore) bool {
 func (s *State) sizeScore(a *Allocation, c *Claim, mates []*Claim) sizeScore {
 	d := a.Devices[0]
 	g := &s.gpus[s.gpuIdx[d.GPU]]
-	memMiB, compute, locked := g.model.MemoryMiB, 100, lockedUnits
-	if d.Profile != "" && g.geo != nil {
-		if p, ok := g.geo.Lookup(d.Profile); ok {
-			memMiB, compute = profileSize(g.model, g.geo, p)
-			locked = lockedShare(g.geo, p)
-		}
-	}
+	locked, memMiB, compute := s.deviceSize(d)
 	slots := slotLimit(s.shareFor(d.Mode, compute, Sharing{Mode: Dynamic}))
 	r := &c.Requests[0]
 	mem, comp, n := r.MemoryMiB, r.ComputePercent, 1
@@ -284,7 +279,7 @@ func (s *State) RefineOrder(order []Claim) []Claim {
 		if a := s.allocs[order[i].Name]; a != nil {
 			k.found = true
 			for _, d := range a.Devices {
-				size, mem := s.deviceSize(d)
+				size, mem, _ := s.deviceSize(d)
 				if size > k.size || (size == k.size && mem > k.mem) {
 					k.size, k.mem, k.dev = size, mem, d.Device
 				}
@@ -326,19 +321,20 @@ func (s *State) RefineOrder(order []Claim) []Claim {
 	return out
 }
 
-// deviceSize is the GPU share (in 1/840ths) and memory of an assigned
-// device: a MIG instance's profile, or the whole GPU.
-func (s *State) deviceSize(d Assigned) (int, int64) {
+// deviceSize is the GPU share (in 1/840ths), memory and compute (percent
+// of the GPU) of an assigned device: a MIG instance's profile, or the
+// whole GPU.
+func (s *State) deviceSize(d Assigned) (locked int, memMiB int64, compute int) {
 	gi, ok := s.gpuIdx[d.GPU]
 	if !ok {
-		return 0, 0
+		return 0, 0, 0
 	}
 	g := &s.gpus[gi]
 	if d.Profile != "" && g.geo != nil {
 		if p, ok := g.geo.Lookup(d.Profile); ok {
-			mem, _ := profileSize(g.model, g.geo, p)
-			return lockedShare(g.geo, p), mem
+			mem, comp := profileSize(g.model, g.geo, p)
+			return lockedShare(g.geo, p), mem, comp
 		}
 	}
-	return lockedUnits, g.model.MemoryMiB
+	return lockedUnits, g.model.MemoryMiB, 100
 }

@@ -33,10 +33,7 @@ func (s *State) allocate(c *Claim, extra room, explain bool) (*Allocation, error
 	if _, dup := s.allocs[c.Name]; dup {
 		return nil, fmt.Errorf("claim %s is already allocated", c.Name)
 	}
-	iso := c.Isolation
-	if iso == "" {
-		iso = IsolationTenant
-	}
+	iso := orTenant(c.Isolation)
 	a := &Allocation{Claim: c.Name, Tenant: c.Tenant, Isolation: iso}
 	p := placer{s: s, c: c, iso: iso, groups: constraintGroups(c), explain: explain}
 	steps := decisionOrder(c, iso)
