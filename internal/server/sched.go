@@ -467,7 +467,9 @@ func (srv *Server) retryPending(ctx context.Context) {
 
 // allocate decides for a claim under the reservation in force: a claim
 // of the reserved one's priority or lower may not use the node held for
-// it, or waits when no node is. The caller holds s.mu.
+// it, or waits when no node is. ahead is the queue behind the claim (nil
+// for a claim just created), for alloc.State.AllocateAhead. The caller
+// holds s.mu.
 func (srv *Server) allocate(c *api.Claim, now time.Time, ahead []alloc.Claim) (*alloc.Allocation, error) {
 	s := srv.sched
 	ac := allocClaim(c)
