@@ -105,3 +105,25 @@ func TestSelectorNames(t *testing.T) {
 		t.Error("a broken selector parsed")
 	}
 }
+
+// Selectors written for NVIDIA's DRA driver, with Kubernetes' quantity
+// functions, work unchanged; a quantity literal that does not parse is an
+// error that says what was likely meant.
+func TestSelectorQuantities(t *testing.T) {
+	s := newState(t, Policy{}, gpuNode("n1", "L4", 1), gpuNode("n2", "A100-40GB", 1))
+	for sel, node := range map[string]string{
+		"device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('30Gi')) >= 0":                       "n2",
+		"device.capacity['gpu.nvidia.com'].memory.isLessThan(quantity('30Gi'))":                           "n1",
+		"device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('24Gi')) && isQuantity('1.5Gi')": "n2",
+		"device.capacity['gpu.nvidia.com'].memory.asInteger() == quantity('24Gi')":                        "n1",
+	} {
+		a, err := s.Allocate(claim("c", "t", Request{Mode: Exclusive, Selector: sel}))
+		if err != nil || a.Devices[0].Node != node {
+			t.Errorf("%s: %v %v, want node %s", sel, a, err, node)
+		}
+	}
+	_, err := s.Allocate(claim("c", "t", Request{Selector: "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('10GB')) >= 0"}))
+	if err == nil || !strings.Contains(err.Error(), `did you mean "10Gi" or "10G"?`) {
+		t.Errorf("bad quantity: %v", err)
+	}
+}

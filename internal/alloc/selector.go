@@ -2,11 +2,16 @@ package alloc
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+
+	"github.com/gpuslice/gpuslice/internal/quantity"
 )
 
 // Selectors are CEL expressions, as in Kubernetes DRA, over two variables:
@@ -21,14 +26,74 @@ import (
 //
 // e.g. device.attributes['gpu.nvidia.com'].profile == '1g.5gb' or
 // node.labels['zone'] == 'a' && device.attributes['gpu.nvidia.com'].memoryMiB >= 40000.
+//
+// Kubernetes' quantity functions work as in DRA selectors, so claims
+// written for NVIDIA's driver read unchanged:
+// device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('10Gi')) >= 0.
+// Here a quantity is its integer value (bytes for memory): quantity(s),
+// isQuantity(s), and on a value compareTo, isGreaterThan, isLessThan,
+// asInteger. A quantity() literal that does not parse is an error when
+// the selector is compiled.
 const driverName = "gpu.nvidia.com"
 
 var celEnv = sync.OnceValues(func() (*cel.Env, error) {
+	compare := func(a, b ref.Val) int64 {
+		x, y := a.(types.Int), b.(types.Int)
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return 0
+	}
 	return cel.NewEnv(
 		cel.Variable("device", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("node", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Function("quantity", cel.Overload("quantity_string", []*cel.Type{cel.StringType}, cel.IntType,
+			cel.UnaryBinding(func(v ref.Val) ref.Val {
+				n, err := quantity.Parse(string(v.(types.String)))
+				if err != nil {
+					return types.NewErr("quantity: %v", err)
+				}
+				return types.Int(n)
+			}))),
+		cel.Function("isQuantity", cel.Overload("isQuantity_string", []*cel.Type{cel.StringType}, cel.BoolType,
+			cel.UnaryBinding(func(v ref.Val) ref.Val {
+				_, err := quantity.ParseBare(string(v.(types.String)))
+				return types.Bool(err == nil)
+			}))),
+		cel.Function("compareTo", cel.MemberOverload("int_compareTo_int", []*cel.Type{cel.IntType, cel.IntType}, cel.IntType,
+			cel.BinaryBinding(func(a, b ref.Val) ref.Val { return types.Int(compare(a, b)) }))),
+		cel.Function("isGreaterThan", cel.MemberOverload("int_isGreaterThan_int", []*cel.Type{cel.IntType, cel.IntType}, cel.BoolType,
+			cel.BinaryBinding(func(a, b ref.Val) ref.Val { return types.Bool(compare(a, b) > 0) }))),
+		cel.Function("isLessThan", cel.MemberOverload("int_isLessThan_int", []*cel.Type{cel.IntType, cel.IntType}, cel.BoolType,
+			cel.BinaryBinding(func(a, b ref.Val) ref.Val { return types.Bool(compare(a, b) < 0) }))),
+		cel.Function("asInteger", cel.MemberOverload("int_asInteger", []*cel.Type{cel.IntType}, cel.IntType,
+			cel.UnaryBinding(func(v ref.Val) ref.Val { return v }))),
 	)
 })
+
+// checkQuantities reports the first quantity('…') literal that does not
+// parse, with what would be valid.
+func checkQuantities(expr string, a *cel.Ast) error {
+	var bad error
+	celast.PreOrderVisit(a.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if bad != nil || e.Kind() != celast.CallKind {
+			return
+		}
+		c := e.AsCall()
+		if (c.FunctionName() != "quantity") || len(c.Args()) != 1 || c.Args()[0].Kind() != celast.LiteralKind {
+			return
+		}
+		if s, ok := c.Args()[0].AsLiteral().Value().(string); ok {
+			if _, err := quantity.Parse(s); err != nil {
+				bad = fmt.Errorf("selector %q: quantity(%s): %w (want a Kubernetes quantity such as 10Gi or 500M)", expr, strconv.Quote(s), err)
+			}
+		}
+	}))
+	return bad
+}
 
 // CompileSelector checks a selector and returns why it is invalid.
 func CompileSelector(expr string) (cel.Program, error) {
@@ -42,6 +107,9 @@ func CompileSelector(expr string) (cel.Program, error) {
 	}
 	if t := ast.OutputType(); t != cel.BoolType && t != cel.DynType {
 		return nil, fmt.Errorf("selector %q: evaluates to %s, want bool", expr, t)
+	}
+	if err := checkQuantities(expr, ast); err != nil {
+		return nil, err
 	}
 	prg, err := env.Program(ast, cel.CostLimit(100000))
 	if err != nil {

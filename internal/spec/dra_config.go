@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gpuslice/gpuslice/internal/quantity"
 )
 
 // NVIDIA's opaque config (driver gpu.nvidia.com): parameters with
@@ -294,10 +296,10 @@ func (d *draDoc) quantityMiB(n *yaml.Node, path string) int64 {
 		d.r.errorf(n, path, "want a Kubernetes quantity such as 10Gi or 500M", "want a memory limit, found %s", kindName(n))
 		return 0
 	}
-	b, err := draParseQuantity(n.Value)
+	b, err := quantity.ParseBare(n.Value)
 	switch {
 	case err != nil:
-		d.r.errorf(n, path, strings.TrimPrefix(draQuantityHint(n.Value)+" ", "; ")+"want a Kubernetes quantity such as 10Gi or 500M", "%q is not a Kubernetes quantity: %v", n.Value, err)
+		d.r.errorf(n, path, strings.TrimPrefix(quantity.Hint(n.Value)+" ", "; ")+"want a Kubernetes quantity such as 10Gi or 500M", "%q is not a Kubernetes quantity: %v", n.Value, err)
 	case b <= 0:
 		d.r.errorf(n, path, "want a positive limit such as 10Gi", "memory limit %s is not positive", n.Value)
 	case b>>20 == 0:

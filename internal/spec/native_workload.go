@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/quantity"
 )
 
 func (w *walker) nativeWorkload(n *yaml.Node, path string) Workload {
@@ -239,14 +240,14 @@ func (w *walker) requestWithinLimit(f *fields, reqKey, limitKey string, scale in
 // in millicores), rounded up.
 func quantityScaled(s string, scale int64) (int64, error) {
 	if scale == 1 {
-		return ParseKubeQuantity(s)
+		return quantity.Parse(s)
 	}
-	if _, err := ParseKubeQuantity(s); err != nil {
+	if _, err := quantity.Parse(s); err != nil {
 		return 0, err
 	}
 	r, ok := new(big.Rat).SetString(strings.TrimSuffix(s, "m"))
 	if !ok { // a binary or decimal suffix: whole units are precise enough
-		v, _ := ParseKubeQuantity(s)
+		v, _ := quantity.Parse(s)
 		return v * scale, nil
 	}
 	if strings.HasSuffix(s, "m") {

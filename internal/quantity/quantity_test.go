@@ -1,11 +1,12 @@
-package spec
+package quantity
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
 
-func TestParseKubeQuantity(t *testing.T) {
+func TestParse(t *testing.T) {
 	good := []struct {
 		in   string
 		want int64
@@ -41,9 +42,9 @@ func TestParseKubeQuantity(t *testing.T) {
 		{"1.000001Ki", 1025},
 	}
 	for _, c := range good {
-		got, err := ParseKubeQuantity(c.in)
+		got, err := Parse(c.in)
 		if err != nil || got != c.want {
-			t.Errorf("ParseKubeQuantity(%q) = %d, %v; want %d", c.in, got, err, c.want)
+			t.Errorf("Parse(%q) = %d, %v; want %d", c.in, got, err, c.want)
 		}
 	}
 	bad := []struct{ in, msg string }{
@@ -67,9 +68,31 @@ func TestParseKubeQuantity(t *testing.T) {
 		{strings.Repeat("1", 80), "at most 64"},
 	}
 	for _, c := range bad {
-		_, err := ParseKubeQuantity(c.in)
+		_, err := Parse(c.in)
 		if err == nil || !strings.Contains(err.Error(), c.msg) {
-			t.Errorf("ParseKubeQuantity(%q) error = %v; want it to say %q", c.in, err, c.msg)
+			t.Errorf("Parse(%q) error = %v; want it to say %q", c.in, err, c.msg)
 		}
 	}
+}
+
+// FuzzParse: any text gets a value or an error, never a panic; the two
+// parsers agree; a value round-trips through its plain decimal form.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"10Gi", "1.5Gi", "500M", "2e3", "-1500m", "5GB", "9Ei", ".", "1e-30"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := Parse(s)
+		bare, berr := ParseBare(s)
+		if (err == nil) != (berr == nil) || v != bare {
+			t.Fatalf("Parse(%q) = %d, %v; ParseBare = %d, %v", s, v, err, bare, berr)
+		}
+		if err != nil {
+			return
+		}
+		again, err := Parse(strconv.FormatInt(v, 10))
+		if err != nil || again != v {
+			t.Fatalf("%q = %d, but %d reads back as %d, %v", s, v, v, again, err)
+		}
+	})
 }

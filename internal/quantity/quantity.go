@@ -1,4 +1,8 @@
-package spec
+// Package quantity parses Kubernetes resource quantities ("10Gi", "500M",
+// "1.5Gi", "2e3") exactly as resource.Quantity reads them, without
+// depending on Kubernetes: the spec readers and the allocator's CEL
+// selectors (quantity(), compareTo()) both need it, and both are pure.
+package quantity
 
 import (
 	"errors"
@@ -8,7 +12,7 @@ import (
 	"strings"
 )
 
-// ParseKubeQuantity parses a Kubernetes resource quantity — "10Gi",
+// Parse parses a Kubernetes resource quantity — "10Gi",
 // "500M", "1.5Gi", "2e3", "100m", "+4k" — and returns its value rounded up
 // to a whole number, away from zero, as resource.Quantity.Value does.
 //
@@ -17,20 +21,22 @@ import (
 // 1024), decimal n u m k M G T P E (powers of 1000; "k" is lower case),
 // or an exponent e<int>/E<int>. There are no spaces and no "B": "5GB" and
 // "5G1" are errors, and the error's text suggests the likely value.
-func ParseKubeQuantity(s string) (int64, error) {
-	v, err := draParseQuantity(s)
+func Parse(s string) (int64, error) {
+	v, err := ParseBare(s)
 	if err != nil {
-		return 0, fmt.Errorf("%q: %w%s", s, err, draQuantityHint(s))
+		return 0, fmt.Errorf("%q: %w%s", s, err, Hint(s))
 	}
 	return v, nil
 }
 
-func draParseQuantity(s string) (int64, error) {
+// ParseBare is Parse without the quoted input and the hint in its error,
+// for callers that report both their own way.
+func ParseBare(s string) (int64, error) {
 	if s == "" {
 		return 0, errors.New("empty quantity")
 	}
-	if len(s) > draMaxQuantityLen {
-		return 0, fmt.Errorf("%d characters; at most %d are read", len(s), draMaxQuantityLen)
+	if len(s) > maxLen {
+		return 0, fmt.Errorf("%d characters; at most %d are read", len(s), maxLen)
 	}
 	i := 0
 	if s[0] == '+' || s[0] == '-' {
@@ -51,7 +57,7 @@ func draParseQuantity(s string) (int64, error) {
 	if digits == 0 {
 		return 0, errors.New("does not start with a number")
 	}
-	factor, ok := draQuantitySuffix(suffix)
+	factor, ok := suffixFactor(suffix)
 	if !ok {
 		return 0, fmt.Errorf("unknown suffix %q (want Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or e<exponent>)", suffix)
 	}
@@ -78,14 +84,14 @@ func draParseQuantity(s string) (int64, error) {
 	return q.Int64(), nil
 }
 
-// draMaxQuantityLen bounds a quantity's text; draMaxExponent its e<int>.
+// maxLen bounds a quantity's text; maxExponent its e<int>.
 const (
-	draMaxQuantityLen = 64
-	draMaxExponent    = 30
+	maxLen      = 64
+	maxExponent = 30
 )
 
-// draQuantitySuffix returns the factor a suffix stands for.
-func draQuantitySuffix(suffix string) (*big.Rat, bool) {
+// suffixFactor returns the factor a suffix stands for.
+func suffixFactor(suffix string) (*big.Rat, bool) {
 	pow := func(base, exp int64) *big.Rat {
 		return new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(base), big.NewInt(exp), nil))
 	}
@@ -103,7 +109,7 @@ func draQuantitySuffix(suffix string) (*big.Rat, bool) {
 	}
 	if len(suffix) > 1 && (suffix[0] == 'e' || suffix[0] == 'E') {
 		e, err := strconv.Atoi(suffix[1:])
-		if err != nil || e < -draMaxExponent || e > draMaxExponent {
+		if err != nil || e < -maxExponent || e > maxExponent {
 			return nil, false
 		}
 		if e < 0 {
@@ -114,10 +120,10 @@ func draQuantitySuffix(suffix string) (*big.Rat, bool) {
 	return nil, false
 }
 
-// draQuantityHint suggests what a malformed quantity likely meant: an OCR
+// Hint suggests what a malformed quantity likely meant: an OCR
 // "1" or "l" for "i" ("5G1" → "5Gi"), a trailing "B" ("5GB"), an upper-case
 // "K". It returns "" when nothing close parses.
-func draQuantityHint(s string) string {
+func Hint(s string) string {
 	var cands []string
 	if n := len(s); n >= 2 && strings.ContainsRune("KMGTPE", rune(s[n-2])) && (s[n-1] == '1' || s[n-1] == 'l' || s[n-1] == 'I') {
 		cands = append(cands, s[:n-1]+"i")
@@ -137,7 +143,7 @@ func draQuantityHint(s string) string {
 		if c == s {
 			continue
 		}
-		if _, err := draParseQuantity(c); err == nil {
+		if _, err := ParseBare(c); err == nil {
 			ok = append(ok, strconv.Quote(c))
 		}
 	}
