@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/plan"
 )
@@ -44,7 +45,7 @@ func renderDRA(s *model.Spec, p *plan.Plan) ([]byte, error) {
 					"metadata": obj{"name": dnsName(fmt.Sprintf("%s-shared-%d", wl.Name, k)), "namespace": tenantNamespace(wl.Tenant),
 						"labels": o["metadata"].(obj)["labels"]},
 					"spec": spec})
-				comments = append(comments, append(notes[:1:1], fmt.Sprintf("shared by replicas %v: reference it with resourceClaimName", replicas)))
+				comments = append(comments, append(slices.Clip(notes), fmt.Sprintf("shared by replicas %v: reference it with resourceClaimName", replicas)))
 			}
 			continue
 		}
@@ -103,9 +104,16 @@ func claimTemplate(wl *model.Workload, p *plan.Plan) (obj, []string) {
 			sel = append(sel, fmt.Sprintf("device.attributes['%s'].profile == '%s'", gpuClass, profile))
 		}
 		if r.Selector != "" {
-			sel = append(sel, "("+r.Selector+")")
-			if n := foreignNames(r.Selector); n != "" {
-				notes = append(notes, fmt.Sprintf("request %s: its selector reads %s, which NVIDIA's DRA driver does not publish; rewrite it before applying (model → productName, memoryMiB → capacity memory)", r.Name, n))
+			expr, err := nvidiaSelector(r.Selector, catalog.Default())
+			if err != nil {
+				expr = r.Selector // the reader checked it; keep it as written
+			}
+			if expr != r.Selector {
+				notes = append(notes, fmt.Sprintf("request %s: selector %s, in the names NVIDIA's DRA driver publishes", r.Name, r.Selector))
+			}
+			sel = append(sel, "("+expr+")")
+			if n := foreignNames(expr); n != "" {
+				notes = append(notes, fmt.Sprintf("request %s: its selector reads %s, which NVIDIA's DRA driver does not publish and gpuslice cannot translate; rewrite it before applying", r.Name, n))
 			}
 		}
 		if r.MemoryMiB > 0 && !placed && profile == "" {
