@@ -298,7 +298,7 @@ func SelectorNames(expr string) (attributes, capacities []string, err error) {
 	}
 	seen := map[string]bool{}
 	celast.PreOrderVisit(parsed.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
-		path := memberPath(e)
+		path := MemberPath(e)
 		if len(path) != 4 || path[0] != "device" || path[2] != driverName || seen[path[1]+"/"+path[3]] {
 			return
 		}
@@ -313,16 +313,17 @@ func SelectorNames(expr string) (attributes, capacities []string, err error) {
 	return attributes, capacities, nil
 }
 
-// memberPath flattens a chain of field selections and constant string
+// MemberPath flattens a chain of field selections and constant string
 // indexes from an identifier ("device", "attributes", "gpu.nvidia.com",
-// "model"); nil when e is not such a chain.
-func memberPath(e celast.Expr) []string {
+// "model"); nil when e is not such a chain. Renderers that rewrite
+// selectors use it to find attribute reads.
+func MemberPath(e celast.Expr) []string {
 	switch e.Kind() {
 	case celast.IdentKind:
 		return []string{e.AsIdent()}
 	case celast.SelectKind:
 		s := e.AsSelect()
-		if p := memberPath(s.Operand()); p != nil {
+		if p := MemberPath(s.Operand()); p != nil {
 			return append(p, s.FieldName())
 		}
 	case celast.CallKind:
@@ -331,7 +332,7 @@ func memberPath(e celast.Expr) []string {
 			return nil
 		}
 		key, ok := c.Args()[1].AsLiteral().Value().(string)
-		if p := memberPath(c.Args()[0]); p != nil && ok {
+		if p := MemberPath(c.Args()[0]); p != nil && ok {
 			return append(p, key)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/parser"
 
+	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 )
 
@@ -78,7 +79,7 @@ func rewriteComparison(e celast.Expr, fac celast.ExprFactory, id func() int64, c
 		return nil
 	}
 	if fn == "@in" {
-		path := memberPath(args[0])
+		path := alloc.MemberPath(args[0])
 		if !isGPUField(path, "attributes", "model") || args[1].Kind() != celast.ListKind {
 			return nil
 		}
@@ -96,10 +97,10 @@ func rewriteComparison(e celast.Expr, fac celast.ExprFactory, id func() int64, c
 		return nil
 	}
 	member, other, op := args[0], args[1], fn
-	if memberPath(member) == nil {
+	if alloc.MemberPath(member) == nil {
 		member, other, op = args[1], args[0], flipped[fn]
 	}
-	path := memberPath(member)
+	path := alloc.MemberPath(member)
 	switch {
 	case isGPUField(path, "attributes", "model") && (op == "_==_" || op == "_!=_"):
 		s, ok := stringLiteral(other)
@@ -141,33 +142,6 @@ func productNameIn(models []string, fac celast.ExprFactory, id func() int64, cat
 	attrs := fac.NewCall(id(), "_[_]", fac.NewSelect(id(), fac.NewIdent(id(), "device"), "attributes"),
 		fac.NewLiteral(id(), types.String(gpuClass)))
 	return fac.NewCall(id(), "@in", fac.NewSelect(id(), attrs, "productName"), fac.NewList(id(), names, nil))
-}
-
-// memberPath flattens device.attributes['gpu.nvidia.com'].name into its
-// four parts; nil for anything else.
-func memberPath(e celast.Expr) []string {
-	switch e.Kind() {
-	case celast.IdentKind:
-		return []string{e.AsIdent()}
-	case celast.SelectKind:
-		s := e.AsSelect()
-		if s.IsTestOnly() {
-			return nil
-		}
-		if p := memberPath(s.Operand()); p != nil {
-			return append(p, s.FieldName())
-		}
-	case celast.CallKind:
-		c := e.AsCall()
-		if c.FunctionName() != "_[_]" || len(c.Args()) != 2 {
-			return nil
-		}
-		key, ok := stringLiteral(c.Args()[1])
-		if p := memberPath(c.Args()[0]); p != nil && ok {
-			return append(p, key)
-		}
-	}
-	return nil
 }
 
 func isGPUField(path []string, kind, field string) bool {
