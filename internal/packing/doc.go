@@ -48,8 +48,10 @@
 // per-dimension volume bound (memory, compute, MIG memory slices) and
 // IsolationLowerBound also charges every isolation group (a tenant's
 // tenant-isolated claims, a claim that holds its device alone, or the pool
-// of tenants whose claims all chose isolation none) for at least one device, counted in MIG memory slices, compute slices and
-// instances. Both are valid for any placement that honours the claims'
+// of tenants whose claims all chose isolation none) for at least one device,
+// counted in MIG memory slices, compute slices and instances; without MIG a
+// group is a bin-packing instance and is charged Martello and Toth's L2
+// bound on its bins. Both are valid for any placement that honours the claims'
 // memory, compute, profiles and isolation, so no method can use fewer GPUs.
 //
 // Everything here is pure: no I/O, no clocks, no global randomness.
