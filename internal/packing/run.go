@@ -59,7 +59,7 @@ type Report struct {
 	IsolationLowerBound int
 	Results             []Result
 	// Online and Planned are how gpuslice used the GPUs: claims in arrival
-	// order with Allocate, and as a plan (SortForPlacement, AllocateAhead).
+	// order with Allocate, and as a plan (see Passes).
 	Online, Planned Detail
 }
 
@@ -256,7 +256,7 @@ func runGPUSlice(m *catalog.GPU, claims []alloc.Claim, planned bool, det *Detail
 // summarise counts the GPUs gpuslice used, re-adds every device's
 // promises from the allocations (a second check, independent of
 // State.Check) and fills the report's device statistics.
-func summarise(m *catalog.GPU, s *alloc.State, rep *Detail) (Result, error) {
+func summarise(m *catalog.GPU, s *alloc.State, det *Detail) (Result, error) {
 	slices, cslices, _ := geometryOf(m)
 	type dev struct {
 		shape      string
@@ -326,25 +326,25 @@ func summarise(m *catalog.GPU, s *alloc.State, rep *Detail) (Result, error) {
 		us.PromisedCompute += u.comp
 		us.DeviceCompute += u.ccap
 	}
-	if rep.Check != nil && over == 0 {
+	if det.Check != nil && over == 0 {
 		over = -1 // a rule broke that the recount cannot see; never report 0
 	}
-	rep.Devices = rep.Devices[:0]
+	det.Devices = det.Devices[:0]
 	for k, st := range stats {
 		f := fill[k]
 		st.MemFill, st.CompFill = f[0]/f[1], f[2]/max(f[3], 1)
-		rep.Devices = append(rep.Devices, *st)
+		det.Devices = append(det.Devices, *st)
 	}
-	sort.Slice(rep.Devices, func(i, j int) bool {
-		a, b := rep.Devices[i], rep.Devices[j]
+	sort.Slice(det.Devices, func(i, j int) bool {
+		a, b := det.Devices[i], det.Devices[j]
 		if a.Shape != b.Shape {
 			return a.Shape < b.Shape
 		}
 		return a.Mode < b.Mode
 	})
-	rep.Usage = us
+	det.Usage = us
 	return Result{Method: GPUSlice, Applicable: true, GPUs: len(used), Overcommitted: over,
-		Note: fmt.Sprintf("%d devices on a %d-GPU fleet", len(devs), rep.Fleet)}, nil
+		Note: fmt.Sprintf("%d devices on a %d-GPU fleet", len(devs), det.Fleet)}, nil
 }
 
 // Table renders the report as a fixed-width text table.
