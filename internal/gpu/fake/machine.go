@@ -327,6 +327,7 @@ func (m *Machine) DestroyInstance(ctx context.Context, index int, uuid string) e
 	in := d.insts[i]
 	d.occ = d.geo.Remove(d.occ, in.shape, in.Start)
 	d.insts = slices.Delete(d.insts, i, i+1)
+	delete(d.gpmRead, uuid)
 	delete(d.util, uuid)
 	return nil
 }
