@@ -88,7 +88,10 @@ func (m *Memory) Update(ctx context.Context, fn func(Tx) error) error {
 			for i := len(tx.undo) - 1; i >= 0; i-- {
 				tx.undo[i]()
 			}
+			tx.rolledBack()
+			return
 		}
+		tx.committed()
 	}()
 	if err := fn(tx); err != nil {
 		return err
@@ -131,6 +134,38 @@ type memTx struct {
 type txGuard struct {
 	readOnly bool
 	done     bool
+	// hooks of a read-write transaction's function (OnCommit, OnRollback)
+	onCommit, onRollback []func()
+}
+
+// OnCommit implements Tx.
+func (g *txGuard) OnCommit(f func()) {
+	if !g.readOnly && !g.done {
+		g.onCommit = append(g.onCommit, f)
+	}
+}
+
+// OnRollback implements Tx.
+func (g *txGuard) OnRollback(f func()) {
+	if !g.readOnly && !g.done {
+		g.onRollback = append(g.onRollback, f)
+	}
+}
+
+// committed runs the commit hooks in the order they were registered.
+func (g *txGuard) committed() {
+	for _, f := range g.onCommit {
+		f()
+	}
+	g.onCommit, g.onRollback = nil, nil
+}
+
+// rolledBack runs the rollback hooks newest first.
+func (g *txGuard) rolledBack() {
+	for i := len(g.onRollback) - 1; i >= 0; i-- {
+		g.onRollback[i]()
+	}
+	g.onCommit, g.onRollback = nil, nil
 }
 
 func (g *txGuard) read() error {
@@ -346,7 +381,14 @@ func (tx *memTx) ListClaims(f ClaimFilter) ([]api.Claim, error) {
 		return nil, err
 	}
 	out := []api.Claim{}
-	for _, id := range tx.m.claimOrder {
+	order := tx.m.claimOrder
+	if f.AfterSeq > 0 { // claimOrder is in Seq order
+		order = order[sort.Search(len(order), func(i int) bool { return tx.m.claims[order[i]].seq > f.AfterSeq }):]
+	}
+	for _, id := range order {
+		if f.Limit > 0 && len(out) >= f.Limit {
+			break
+		}
 		mc := tx.m.claims[id]
 		if !f.match(mc.tenant, mc.state, mc.nodes) {
 			continue

@@ -472,9 +472,17 @@ func (s *SQLite) writeLoop() {
 // commits once, then answers every caller.
 func (s *SQLite) runBatch(batch []*writeReq) {
 	results := make([]writeResult, len(batch))
+	txs := make([]*sqlTx, len(batch))
 	s.batchErr = nil
 	abort := func(err error) {
 		s.wexecRaw("ROLLBACK")
+		// Undo what the functions that did run kept outside the store,
+		// newest first, before any later transaction starts.
+		for i := len(txs) - 1; i >= 0; i-- {
+			if txs[i] != nil {
+				txs[i].rolledBack()
+			}
+		}
 		for i, r := range batch {
 			if results[i].err != nil || results[i].panicked {
 				r.done <- results[i] // it failed on its own anyway
@@ -501,6 +509,7 @@ func (s *SQLite) runBatch(batch []*writeReq) {
 		}
 		n++
 		tx := &sqlTx{s: s, r: writeRunner{s: s}}
+		txs[i] = tx
 		results[i] = runFn(r.fn, tx)
 		tx.done = true
 		if s.batchErr != nil {
@@ -508,6 +517,8 @@ func (s *SQLite) runBatch(batch []*writeReq) {
 			return
 		}
 		if results[i].err != nil || results[i].panicked {
+			txs[i] = nil
+			tx.rolledBack()
 			if err := s.wexecRaw("ROLLBACK TO fn"); err != nil {
 				abort(err)
 				return
@@ -521,6 +532,11 @@ func (s *SQLite) runBatch(batch []*writeReq) {
 	if err := s.wexecRaw("COMMIT"); err != nil {
 		abort(fmt.Errorf("commit: %w", err))
 		return
+	}
+	for _, tx := range txs {
+		if tx != nil {
+			tx.committed()
+		}
 	}
 	s.updates.Add(n)
 	s.batches.Add(1)
@@ -914,7 +930,7 @@ func (tx *sqlTx) ListClaims(f ClaimFilter) ([]api.Claim, error) {
 	if err := tx.read(); err != nil {
 		return nil, err
 	}
-	// One of eight fixed statements, so that each is prepared once.
+	// One of a few fixed statements, so that each is prepared once.
 	var where []string
 	var args []any
 	if f.Tenant != "" {
@@ -933,11 +949,19 @@ func (tx *sqlTx) ListClaims(f ClaimFilter) ([]api.Claim, error) {
 		where = append(where, `seq IN (SELECT seq FROM claim_nodes WHERE node = ?)`)
 		args = append(args, f.Node)
 	}
+	if f.AfterSeq > 0 {
+		where = append(where, `seq > ?`)
+		args = append(args, f.AfterSeq)
+	}
 	q := `SELECT seq, data FROM claims`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	q += ` ORDER BY seq`
+	if f.Limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
 	return queryList(tx, true, decodeClaim, q, args...)
 }
 

@@ -86,6 +86,19 @@ type Tx interface {
 	// SMSeconds and MemoryMiBSec; zero when nothing was added). The live fields (Claims,
 	// MemoryMiB, ComputePercent) are left zero for the server to fill.
 	Usage(tenant string) (api.Usage, error)
+
+	// OnCommit registers f to run once the transaction that holds this
+	// function's changes has committed (durably, for a durable backend),
+	// before Update returns and before any later Update's function runs.
+	// In a View it is never called.
+	OnCommit(f func())
+	// OnRollback registers f to run when this function's changes are
+	// thrown away: the function failed or panicked, or the transaction it
+	// ran in did not commit. Hooks run newest first, before any later
+	// Update's function runs. A caller that keeps state outside the store
+	// in step with it (the server's scheduler) undoes it here, so that the
+	// two never see different sequences of changes.
+	OnRollback(f func())
 }
 
 // ClaimFilter selects claims. Zero fields match everything.
@@ -96,6 +109,11 @@ type ClaimFilter struct {
 	States []api.ClaimState
 	// Node matches claims that touch the node (see ClaimNodes).
 	Node string
+	// AfterSeq keeps claims with Seq > AfterSeq (a cursor: the Seq of the
+	// last claim of the previous page).
+	AfterSeq int64
+	// Limit returns at most this many claims (0: all).
+	Limit int
 }
 
 // Errors of the store. Errors returned for a missing or duplicate record
