@@ -39,6 +39,10 @@ type Token struct {
 	ID     string `json:"id"`
 	Tenant string `json:"tenant,omitempty"` // empty for admin and agent tokens
 	Role   Role   `json:"role"`
+	// Node binds an agent token to one node: it may register, heartbeat
+	// and read the claims of that node only. An agent token issued with
+	// no node is bound to the first node it registers.
+	Node string `json:"node,omitempty"`
 	// Secret is set only in the answer that creates the token.
 	Secret  string    `json:"secret,omitempty"`
 	Created time.Time `json:"created"`
@@ -109,7 +113,11 @@ type Node struct {
 	Simulated     bool       `json:"simulated"`
 	Inventory     alloc.Node `json:"inventory"`
 	// Driver is the NVIDIA driver version, or "simulated".
-	Driver  string    `json:"driver,omitempty"`
+	Driver string `json:"driver,omitempty"`
+	// Agent is the id of the agent token the node is bound to: only that
+	// credential (or an admin) may register it again, heartbeat for it or
+	// read its claims.
+	Agent   string    `json:"agent,omitempty"`
 	Created time.Time `json:"created"`
 }
 
@@ -160,4 +168,7 @@ type Error struct {
 	Error string `json:"error"`
 	// Field names the offending field when the request was invalid.
 	Field string `json:"field,omitempty"`
+	// State is a claim's current state, on a 409 answered because the
+	// claim is no longer in the state the transition starts from.
+	State string `json:"state,omitempty"`
 }

@@ -141,7 +141,7 @@ func TestKillNineKeepsAcknowledgedClaims(t *testing.T) {
 	tokB, _ := os.ReadFile(filepath.Join(dir, "admin.token"))
 	token := strings.TrimSpace(string(tokB))
 	var claims []api.Claim
-	if _, err := apiCall(addr, token, "GET", "/v1/claims", nil, &claims); err != nil {
+	if _, err := apiCall(addr, token, "GET", "/v1/claims?limit=5000", nil, &claims); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]int{}

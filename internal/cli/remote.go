@@ -74,7 +74,7 @@ func remoteCmds(e *env) []*cobra.Command {
 				path += "?state=" + url.QueryEscape(state)
 			}
 			var cs []api.Claim
-			if err := call(cmd.Context(), c, http.MethodGet, path, nil, &cs); err != nil {
+			if err := listAll(cmd.Context(), c, path, &cs); err != nil {
 				return err
 			}
 			t := &table{header: []string{"ID", "TENANT", "STATE", "DEVICES", "REASON"}}
@@ -105,7 +105,7 @@ func remoteCmds(e *env) []*cobra.Command {
 	nodes.AddCommand(&cobra.Command{Use: "ls", Short: "List nodes", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var ns []api.Node
-			if err := call(cmd.Context(), c, http.MethodGet, "/v1/nodes", nil, &ns); err != nil {
+			if err := listAll(cmd.Context(), c, "/v1/nodes", &ns); err != nil {
 				return err
 			}
 			t := &table{header: []string{"NODE", "STATE", "GPUS", "MIG", "DRIVER", "LAST HEARTBEAT"}}
@@ -144,7 +144,7 @@ func remoteCmds(e *env) []*cobra.Command {
 	tenants.AddCommand(tput, &cobra.Command{Use: "ls", Short: "List tenants", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var ts []api.Tenant
-			if err := call(cmd.Context(), c, http.MethodGet, "/v1/tenants", nil, &ts); err != nil {
+			if err := listAll(cmd.Context(), c, "/v1/tenants", &ts); err != nil {
 				return err
 			}
 			t := &table{header: []string{"TENANT", "MEMORY QUOTA", "COMPUTE QUOTA"}}
@@ -156,26 +156,27 @@ func remoteCmds(e *env) []*cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(cmd.Context(), c, http.MethodDelete, "/v1/tenants/"+url.PathEscape(args[0]), nil, nil)
 		}})
-	var role, tenant string
+	var role, tenant, tokNode string
 	tcreate := &cobra.Command{Use: "create", Short: "Create a token (its secret is shown once)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var t api.Token
-			if err := call(cmd.Context(), c, http.MethodPost, "/v1/tokens", server.CreateTokenRequest{Role: api.Role(role), Tenant: tenant}, &t); err != nil {
+			if err := call(cmd.Context(), c, http.MethodPost, "/v1/tokens", server.CreateTokenRequest{Role: api.Role(role), Tenant: tenant, Node: tokNode}, &t); err != nil {
 				return err
 			}
-			return e.render(&table{notes: []string{fmt.Sprintf("token %s (%s %s); secret, shown once:\n  %s", t.ID, t.Role, t.Tenant, t.Secret)}}, t)
+			return e.render(&table{notes: []string{fmt.Sprintf("token %s (%s %s%s); secret, shown once:\n  %s", t.ID, t.Role, t.Tenant, t.Node, t.Secret)}}, t)
 		}}
 	tcreate.Flags().StringVar(&role, "role", "tenant", "admin, tenant or agent")
 	tcreate.Flags().StringVar(&tenant, "tenant", "", "the tenant of a tenant token")
+	tcreate.Flags().StringVar(&tokNode, "node", "", "bind an agent token to this node (default: the first node it registers)")
 	tokens.AddCommand(tcreate, &cobra.Command{Use: "ls", Short: "List tokens", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var ts []api.Token
-			if err := call(cmd.Context(), c, http.MethodGet, "/v1/tokens", nil, &ts); err != nil {
+			if err := listAll(cmd.Context(), c, "/v1/tokens", &ts); err != nil {
 				return err
 			}
-			t := &table{header: []string{"ID", "ROLE", "TENANT", "CREATED"}}
+			t := &table{header: []string{"ID", "ROLE", "TENANT", "NODE", "CREATED"}}
 			for _, x := range ts {
-				t.add(x.ID, x.Role, orDashS(x.Tenant), x.Created.Format("2006-01-02 15:04"))
+				t.add(x.ID, x.Role, orDashS(x.Tenant), orDashS(x.Node), x.Created.Format("2006-01-02 15:04"))
 			}
 			return e.render(t, ts)
 		}}, &cobra.Command{Use: "rm ID", Short: "Delete a token", Args: cobra.ExactArgs(1),
@@ -195,6 +196,16 @@ func call(ctx context.Context, c *conn, method, path string, body, out any) erro
 		return err
 	}
 	return cl.Do(ctx, method, path, body, out)
+}
+
+// listAll gets every page of a list.
+func listAll[T any](ctx context.Context, c *conn, path string, out *[]T) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	*out, err = client.ListAll[T](ctx, cl, path)
+	return err
 }
 
 func devicesText(c api.Claim) string {

@@ -40,6 +40,9 @@ type Error struct {
 	Status  int
 	Message string
 	Field   string
+	// State is a claim's current state on a 409 (the claim was no longer
+	// in the state the transition starts from).
+	State api.ClaimState
 }
 
 func (e *Error) Error() string {
@@ -52,17 +55,54 @@ func (e *Error) Error() string {
 // Do sends a request with a JSON body (nil for none) and decodes the JSON
 // answer into out (nil to discard).
 func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	_, err := c.do(ctx, method, path, body, out)
+	return err
+}
+
+// NextCursorHeader names the cursor of a list's next page (the server's
+// server.NextCursorHeader).
+const NextCursorHeader = "X-Next-Cursor"
+
+// ListAll gets every page of a list (GET path, which may carry a query)
+// by following the server's cursors.
+func ListAll[T any](ctx context.Context, c *Client, path string) ([]T, error) {
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	out := []T{}
+	after := ""
+	for {
+		p := path
+		if after != "" {
+			p += sep + "after=" + url.QueryEscape(after)
+		}
+		var page []T
+		h, err := c.do(ctx, http.MethodGet, p, nil, &page)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		next := h.Get(NextCursorHeader)
+		if next == "" || next == after || len(page) == 0 {
+			return out, nil
+		}
+		after = next
+	}
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -72,29 +112,29 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
 	}
 	if resp.StatusCode >= 400 {
 		var body api.Error
 		e := &Error{Status: resp.StatusCode}
 		if json.Unmarshal(data, &body) == nil && body.Error != "" {
-			e.Message, e.Field = body.Error, body.Field
+			e.Message, e.Field, e.State = body.Error, body.Field, api.ClaimState(body.State)
 		} else {
 			e.Message = strings.TrimSpace(string(data))
 		}
-		return e
+		return resp.Header, e
 	}
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+			return resp.Header, fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
 		}
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // CreateClaim posts a claim for a tenant ("" = the token's own).

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"regexp"
 
@@ -21,7 +22,15 @@ func mustJSON(v any) string {
 }
 
 func (srv *Server) listTenants(w http.ResponseWriter, r *http.Request, p principal) {
-	readList(srv, w, r, func(tx state.Tx) ([]api.Tenant, error) { return tx.ListTenants() })
+	pg, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	readList(srv, w, r, func(tx state.Tx) ([]api.Tenant, error) {
+		ts, err := tx.ListTenants()
+		return pageByName(w, pg, ts, func(t api.Tenant) string { return t.Name }), err
+	})
 }
 
 // putTenant creates or updates a tenant (its quotas).
@@ -45,22 +54,23 @@ func (srv *Server) putTenant(w http.ResponseWriter, r *http.Request, p principal
 		return
 	}
 	t.Name = name
-	err := srv.store.Update(r.Context(), func(tx state.Tx) error {
+	err := srv.update(r.Context(), func(tx state.Tx) error {
 		old, err := tx.GetTenant(name)
 		if err == nil {
 			t.Created = old.Created
 		} else {
 			t.Created = srv.cfg.Clock()
 		}
-		return tx.PutTenant(t)
+		if err := tx.PutTenant(t); err != nil {
+			return err
+		}
+		tx.OnCommit(func() { srv.cache.putTenant(t) })
+		return nil
 	})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	srv.cache.mu.Lock()
-	srv.cache.tenants[name] = t
-	srv.cache.mu.Unlock()
 	writeJSON(w, http.StatusOK, t)
 }
 
@@ -78,26 +88,50 @@ func (srv *Server) getTenant(w http.ResponseWriter, r *http.Request, p principal
 	writeJSON(w, http.StatusOK, t)
 }
 
-// deleteTenant refuses while the tenant has live claims.
+// deleteTenant refuses while the tenant has live claims; its tokens are
+// deleted with it, in the same transaction.
 func (srv *Server) deleteTenant(w http.ResponseWriter, r *http.Request, p principal) {
 	name := r.PathValue("name")
-	err := srv.store.Update(r.Context(), func(tx state.Tx) error {
-		live, err := tx.ListClaims(state.ClaimFilter{Tenant: name, States: []api.ClaimState{api.Pending, api.Allocated, api.Running}})
+	err := srv.update(r.Context(), func(tx state.Tx) error {
+		if _, err := tx.GetTenant(name); err != nil {
+			if errors.Is(err, state.ErrNotFound) {
+				return errStatus(http.StatusNotFound, "tenant %s not found", name)
+			}
+			return err
+		}
+		live, err := tx.ListClaims(state.ClaimFilter{Tenant: name, States: []api.ClaimState{api.Pending, api.Allocated, api.Running}, Limit: 1})
 		if err != nil {
 			return err
 		}
 		if len(live) > 0 {
-			return errStatus(http.StatusConflict, "tenant %s has %d live claims; release them first", name, len(live))
+			return errStatus(http.StatusConflict, "tenant %s has live claims; release them first", name)
 		}
-		return tx.DeleteTenant(name)
+		tokens, err := tx.ListTokens()
+		if err != nil {
+			return err
+		}
+		for _, t := range tokens {
+			if t.Role == api.RoleTenant && t.Tenant == name {
+				if err := tx.DeleteToken(t.ID); err != nil {
+					return err
+				}
+			}
+		}
+		if err := tx.DeleteTenant(name); err != nil {
+			return err
+		}
+		tx.OnCommit(func() {
+			srv.cache.mu.Lock()
+			delete(srv.cache.tenants, name)
+			srv.cache.mu.Unlock()
+			srv.cache.purge(func(t api.Token) bool { return t.Role == api.RoleTenant && t.Tenant == name })
+		})
+		return nil
 	})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	srv.cache.mu.Lock()
-	delete(srv.cache.tenants, name)
-	srv.cache.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -105,6 +139,8 @@ func (srv *Server) deleteTenant(w http.ResponseWriter, r *http.Request, p princi
 type CreateTokenRequest struct {
 	Role   api.Role `json:"role"`
 	Tenant string   `json:"tenant,omitempty"`
+	// Node binds an agent token to one node from the start.
+	Node string `json:"node,omitempty"`
 }
 
 func (srv *Server) createToken(w http.ResponseWriter, r *http.Request, p principal) {
@@ -124,11 +160,19 @@ func (srv *Server) createToken(w http.ResponseWriter, r *http.Request, p princip
 			writeError(w, errField("tenant", "%s tokens belong to no tenant", req.Role))
 			return
 		}
+		if req.Node != "" && (req.Role != api.RoleAgent || !validName.MatchString(req.Node)) {
+			writeError(w, errField("node", "only agent tokens are bound to a node, named with lowercase letters, digits, '.', '_' and '-'"))
+			return
+		}
 	default:
 		writeError(w, errField("role", "%q: want admin, tenant or agent", req.Role))
 		return
 	}
-	t, err := srv.CreateToken(r.Context(), req.Role, req.Tenant)
+	if req.Role == api.RoleTenant && req.Node != "" {
+		writeError(w, errField("node", "only agent tokens are bound to a node"))
+		return
+	}
+	t, err := srv.CreateTokenFor(r.Context(), req.Role, req.Tenant, req.Node)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -137,7 +181,15 @@ func (srv *Server) createToken(w http.ResponseWriter, r *http.Request, p princip
 }
 
 func (srv *Server) listTokens(w http.ResponseWriter, r *http.Request, p principal) {
-	readList(srv, w, r, func(tx state.Tx) ([]api.Token, error) { return tx.ListTokens() })
+	pg, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	readList(srv, w, r, func(tx state.Tx) ([]api.Token, error) {
+		ts, err := tx.ListTokens()
+		return pageByName(w, pg, ts, func(t api.Token) string { return t.ID }), err
+	})
 }
 
 func (srv *Server) deleteToken(w http.ResponseWriter, r *http.Request, p principal) {
@@ -145,36 +197,34 @@ func (srv *Server) deleteToken(w http.ResponseWriter, r *http.Request, p princip
 		writeError(w, errStatus(http.StatusConflict, "a token cannot delete itself"))
 		return
 	}
-	err := srv.store.Update(r.Context(), func(tx state.Tx) error { return tx.DeleteToken(r.PathValue("id")) })
+	id := r.PathValue("id")
+	err := srv.update(r.Context(), func(tx state.Tx) error {
+		if err := tx.DeleteToken(id); err != nil {
+			if errors.Is(err, state.ErrNotFound) {
+				return errStatus(http.StatusNotFound, "token %s not found", id)
+			}
+			return err
+		}
+		tx.OnCommit(func() { srv.cache.purge(func(t api.Token) bool { return t.ID == id }) })
+		return nil
+	})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	srv.cache.mu.Lock()
-	for h, t := range srv.cache.tokens {
-		if t.ID == r.PathValue("id") {
-			delete(srv.cache.tokens, h)
-		}
-	}
-	srv.cache.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // EnsureTenant creates a tenant without quotas unless it exists.
 func (srv *Server) EnsureTenant(ctx context.Context, name string) error {
 	t := api.Tenant{Name: name, Created: srv.cfg.Clock()}
-	err := srv.store.Update(ctx, func(tx state.Tx) error {
+	return srv.update(ctx, func(tx state.Tx) error {
 		if old, err := tx.GetTenant(name); err == nil {
 			t = old
-			return nil
+		} else if err := tx.PutTenant(t); err != nil {
+			return err
 		}
-		return tx.PutTenant(t)
+		tx.OnCommit(func() { srv.cache.putTenant(t) })
+		return nil
 	})
-	if err != nil {
-		return err
-	}
-	srv.cache.mu.Lock()
-	srv.cache.tenants[name] = t
-	srv.cache.mu.Unlock()
-	return nil
 }

@@ -182,7 +182,7 @@ func TestAgentRestartAdopts(t *testing.T) {
 	}
 	before := mustGPUs(t, m)
 	// A new agent process on the same machine (same fake hardware).
-	again, err := agent.New(agent.Config{Name: "host-a", Client: agentClient(t, h), Device: m})
+	again, err := agent.New(agent.Config{Name: "host-a", Client: agentClient(t, h, "host-a"), Device: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,11 +204,18 @@ func TestAgentRestartAdopts(t *testing.T) {
 	}
 }
 
-func agentClient(t *testing.T, h *harness) *client.Client {
+// agentClient is a client with the agent token node was registered
+// with: a second agent process for the same node (a restart) uses the
+// same credential.
+func agentClient(t *testing.T, h *harness, node string) *client.Client {
 	t.Helper()
-	var tok api.Token
-	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent}, 201, &tok)
-	c, err := client.New(h.http.URL, tok.Secret, nil)
+	h.mu.Lock()
+	secret := h.agents[node]
+	h.mu.Unlock()
+	if secret == "" {
+		t.Fatalf("no agent token for node %s", node)
+	}
+	c, err := client.New(h.http.URL, secret, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +327,7 @@ func TestFaultPolicyRequeue(t *testing.T) {
 func TestAgentForwardsHealthEvents(t *testing.T) {
 	h := newHarness(t, nil)
 	_, m := h.node("host-a", "t4") // registers the node and gives the machine
-	ag, err := agent.New(agent.Config{Name: "host-a", Client: agentClient(t, h), Device: m, Interval: 20 * time.Millisecond})
+	ag, err := agent.New(agent.Config{Name: "host-a", Client: agentClient(t, h, "host-a"), Device: m, Interval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func (srv *Server) Check(ctx context.Context) error {
 	for i := range live {
 		c := &live[i]
 		stored[c.ID] = true
-		addTo(want, c.Tenant, charge(c))
+		addTo(want, c.Tenant, s.charge(c))
 		a, ok := held[c.ID]
 		switch {
 		case !ok:
@@ -63,7 +63,7 @@ func (srv *Server) Check(ctx context.Context) error {
 	}
 	for i := range pend {
 		c := &pend[i]
-		addTo(want, c.Tenant, charge(c))
+		addTo(want, c.Tenant, s.charge(c))
 		if !queued[c.ID] {
 			errs = append(errs, fmt.Errorf("claim %s is pending in the store but not queued", c.ID))
 		}

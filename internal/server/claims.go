@@ -38,35 +38,59 @@ func (srv *Server) createClaim(w http.ResponseWriter, r *http.Request, p princip
 		return
 	}
 	c.ID = "c-" + id
-	if err := srv.validateClaim(r, &c); err != nil {
-		writeError(w, err)
-		return
-	}
-	// Decide and reserve under the scheduler's lock; commit outside it.
-	s := srv.sched
-	u := asks(&c.Spec)
-	s.mu.Lock()
-	if err := srv.checkQuota(r, tenant, u); err != nil {
-		s.mu.Unlock()
+	if err := srv.validateClaim(&c); err != nil {
 		writeError(w, err)
 		return
 	}
 	start := srv.cfg.Clock()
-	a, aerr := srv.allocate(&c, start, nil)
+	err = srv.update(r.Context(), func(tx state.Tx) error { return srv.admitLocked(tx, &c, start) })
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, c)
+}
+
+// admitLocked decides a new claim and stores it: the tenant and a pinned
+// node must exist (as tx sees them, not as a cache remembers), the
+// tenant's queue and quota must have room, then the allocator places it
+// now or it is queued. The caller holds the scheduler's lock inside a
+// transaction (Server.update).
+func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error {
+	s := srv.sched
+	t, err := tx.GetTenant(c.Tenant)
+	if err != nil {
+		return errField("tenant", "tenant %q does not exist", c.Tenant)
+	}
+	if c.Spec.Node != "" {
+		if _, err := tx.GetNode(c.Spec.Node); err != nil {
+			return errField("node", "node %q is not registered", c.Spec.Node)
+		}
+	}
+	a, aerr := srv.allocate(c, start, nil)
 	if aerr == nil {
 		// The allocation may hand out more than was asked (a whole GPU for
 		// an exclusive claim with no memory): that is what the quota counts.
-		got := c
+		got := *c
 		got.State, got.Allocation = api.Allocated, a
-		if err := srv.quotaRoom(tenant, charge(&got)); err != nil {
-			s.mu.Unlock()
+		if err := srv.quotaRoomOf(t, s.charge(&got)); err != nil {
 			var he *httpError
 			if errors.As(err, &he) {
 				he.msg += fmt.Sprintf(" (the allocation found gives %s; ask for less, or for a shared mode)", describeUse(given(a)))
 			}
-			writeError(w, err)
-			return
+			return err
 		}
+	} else {
+		// It waits: charged at least what it will hold, within a bounded
+		// queue.
+		if err := srv.quotaRoomOf(t, s.charge(c)); err != nil {
+			return err
+		}
+		if limit := srv.cfg.MaxQueuedPerTenant; limit > 0 && s.queued[c.Tenant] >= limit {
+			return errStatus(http.StatusTooManyRequests, "queue full: tenant %s has %d claims waiting (at most %d); release some or retry later", c.Tenant, s.queued[c.Tenant], limit)
+		}
+	}
+	if aerr == nil {
 		aerr = s.st.Apply(a)
 	}
 	if aerr == nil {
@@ -74,36 +98,23 @@ func (srv *Server) createClaim(w http.ResponseWriter, r *http.Request, p princip
 	} else {
 		c.Reason = aerr.Error()
 	}
-	u = charge(&c)
-	s.addUse(tenant, u, 1)
-	s.mu.Unlock()
-	err = srv.store.Update(r.Context(), func(tx state.Tx) error {
-		if err := tx.CreateClaim(&c); err != nil {
-			return err
-		}
-		ev := api.Event{Time: c.Created, Kind: "created", Claim: c.ID, Tenant: tenant, Message: describeClaim(&c)}
-		return tx.AppendEvent(&ev)
-	})
-	s.mu.Lock()
-	if err != nil {
-		if c.State == api.Allocated {
-			_ = s.st.Release(c.ID)
-		}
-		s.addUse(tenant, u, -1)
-		s.mu.Unlock()
-		writeError(w, err)
-		return
+	if err := tx.CreateClaim(c); err != nil {
+		return err
 	}
+	ev := api.Event{Time: c.Created, Kind: "created", Claim: c.ID, Tenant: c.Tenant, Message: describeClaim(c)}
+	if err := tx.AppendEvent(&ev); err != nil {
+		return err
+	}
+	s.addUse(c.Tenant, s.charge(c), 1)
 	if c.State == api.Pending {
-		s.insertPending(&c)
+		cc := *c
+		s.insertPending(&cc)
 		s.reasons[c.ID] = c.Reason
 		c.QueuePosition = s.position(c.ID)
 	} else {
-		srv.metrics.observeAllocation(srv.cfg.Clock().Sub(start))
+		tx.OnCommit(func() { srv.metrics.observeAllocation(srv.cfg.Clock().Sub(start)) })
 	}
-	s.changed()
-	s.mu.Unlock()
-	writeJSON(w, http.StatusCreated, c)
+	return nil
 }
 
 // tenantFor resolves whose claim this is: a tenant token's own tenant, or
@@ -121,9 +132,10 @@ func tenantFor(p principal, asked string) (string, error) {
 	return asked, nil
 }
 
-// validateClaim checks the spec with the allocator's own rules, the memory
-// policy, and that the tenant and a pinned node exist.
-func (srv *Server) validateClaim(r *http.Request, c *api.Claim) error {
+// validateClaim checks the spec with the allocator's own rules and the
+// memory and fault policies (the tenant and a pinned node are checked in
+// the transaction that admits the claim).
+func (srv *Server) validateClaim(c *api.Claim) error {
 	ac := allocClaim(c)
 	if err := alloc.ValidateClaim(ac); err != nil {
 		var fe *alloc.FieldError
@@ -143,42 +155,29 @@ func (srv *Server) validateClaim(r *http.Request, c *api.Claim) error {
 	default:
 		return errField("faultPolicy", "%q: want fail or requeue", c.Spec.FaultPolicy)
 	}
-	if _, ok := srv.cache.tenant(c.Tenant); !ok {
-		return errField("tenant", "tenant %q does not exist", c.Tenant)
+	if c.Spec.Node != "" && !validName.MatchString(c.Spec.Node) {
+		return errField("node", "node name %q: lowercase letters, digits, '.', '_' and '-', 1–63 characters", c.Spec.Node)
 	}
-	if c.Spec.Node == "" {
-		return nil
-	}
-	return srv.store.View(r.Context(), func(tx state.Tx) error {
-		if _, err := tx.GetNode(c.Spec.Node); err != nil {
-			return errField("node", "node %q is not registered", c.Spec.Node)
-		}
-		return nil
-	})
+	return nil
 }
 
-// checkQuota enforces the tenant's quota at admission, on what the claim
-// asks for; the caller holds the scheduler lock.
-func (srv *Server) checkQuota(_ *http.Request, tenant string, u tenantUse) error {
-	if _, ok := srv.cache.tenant(tenant); !ok {
-		return errField("tenant", "tenant %q does not exist", tenant)
-	}
-	return srv.quotaRoom(tenant, u)
-}
-
-// quotaRoom says whether the tenant's live claims (see charge) leave room
-// for u more; the caller holds the scheduler lock.
+// quotaRoom says whether the tenant's live and queued claims (see charge)
+// leave room for u more; the caller holds the scheduler lock.
 func (srv *Server) quotaRoom(tenant string, u tenantUse) error {
 	t, ok := srv.cache.tenant(tenant)
 	if !ok {
 		return nil // deleted meanwhile; admission refuses new claims
 	}
-	cur := srv.sched.use[tenant]
+	return srv.quotaRoomOf(t, u)
+}
+
+func (srv *Server) quotaRoomOf(t api.Tenant, u tenantUse) error {
+	cur := srv.sched.use[t.Name]
 	if t.MemoryMiB > 0 && u.mem > 0 && cur.mem+u.mem > t.MemoryMiB {
-		return errStatus(http.StatusForbidden, "quota: tenant %s holds %d MiB of GPU memory and needs %d more; its quota is %d MiB", tenant, cur.mem, u.mem, t.MemoryMiB)
+		return errStatus(http.StatusForbidden, "quota: tenant %s holds %d MiB of GPU memory and needs %d more; its quota is %d MiB", t.Name, cur.mem, u.mem, t.MemoryMiB)
 	}
 	if t.ComputePercent > 0 && u.comp > 0 && cur.comp+u.comp > t.ComputePercent {
-		return errStatus(http.StatusForbidden, "quota: tenant %s holds %d%% compute and needs %d%% more; its quota is %d%%", tenant, cur.comp, u.comp, t.ComputePercent)
+		return errStatus(http.StatusForbidden, "quota: tenant %s holds %d%% compute and needs %d%% more; its quota is %d%%", t.Name, cur.comp, u.comp, t.ComputePercent)
 	}
 	return nil
 }
@@ -203,17 +202,37 @@ func (srv *Server) loadClaim(r *http.Request, p principal, id string) (api.Claim
 	return c, nil
 }
 
-// decorate adds the queue position and the latest reason to a pending claim.
-func (srv *Server) decorate(c *api.Claim) {
-	if c.State != api.Pending {
+// decorate adds the queue position and the latest reason to pending
+// claims, under one hold of the scheduler's lock (linear in the queue and
+// the claims, whatever their number).
+func (srv *Server) decorate(cs ...*api.Claim) {
+	any := false
+	for _, c := range cs {
+		any = any || c.State == api.Pending
+	}
+	if !any {
 		return
 	}
-	srv.sched.mu.Lock()
-	c.QueuePosition = srv.sched.position(c.ID)
-	if why := srv.sched.reasons[c.ID]; why != "" {
-		c.Reason = why
+	s := srv.sched
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var pos map[string]int
+	if len(cs) > 1 {
+		pos = s.positions()
 	}
-	srv.sched.mu.Unlock()
+	for _, c := range cs {
+		if c.State != api.Pending {
+			continue
+		}
+		if pos != nil {
+			c.QueuePosition = pos[c.ID]
+		} else {
+			c.QueuePosition = s.position(c.ID)
+		}
+		if why := s.reasons[c.ID]; why != "" {
+			c.Reason = why
+		}
+	}
 }
 
 // getClaim answers at once, or with ?wait=30s&state=pending waits until the
@@ -250,11 +269,12 @@ func (srv *Server) getClaim(w http.ResponseWriter, r *http.Request, p principal)
 }
 
 func (srv *Server) listClaims(w http.ResponseWriter, r *http.Request, p principal) {
-	f := state.ClaimFilter{Tenant: r.URL.Query().Get("tenant"), Node: r.URL.Query().Get("node")}
+	q := r.URL.Query()
+	f := state.ClaimFilter{Tenant: q.Get("tenant"), Node: q.Get("node")}
 	if p.role == api.RoleTenant {
 		f.Tenant = p.tenant
 	}
-	for _, s := range r.URL.Query()["state"] {
+	for _, s := range q["state"] {
 		st := api.ClaimState(s)
 		switch st {
 		case api.Pending, api.Allocated, api.Running, api.Released, api.Failed:
@@ -264,8 +284,20 @@ func (srv *Server) listClaims(w http.ResponseWriter, r *http.Request, p principa
 			return
 		}
 	}
+	pg, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if pg.after != "" {
+		if f.AfterSeq, err = strconv.ParseInt(pg.after, 10, 64); err != nil || f.AfterSeq < 0 {
+			writeError(w, errField("after", "cursor %q: pass the %s header of the previous page", pg.after, NextCursorHeader))
+			return
+		}
+	}
+	f.Limit = pg.limit + 1 // one more says whether there is a next page
 	var cs []api.Claim
-	err := srv.store.View(r.Context(), func(tx state.Tx) error {
+	err = srv.store.View(r.Context(), func(tx state.Tx) error {
 		var err error
 		cs, err = tx.ListClaims(f)
 		return err
@@ -274,11 +306,17 @@ func (srv *Server) listClaims(w http.ResponseWriter, r *http.Request, p principa
 		writeError(w, err)
 		return
 	}
+	if len(cs) > pg.limit {
+		cs = cs[:pg.limit]
+		w.Header().Set(NextCursorHeader, strconv.FormatInt(cs[len(cs)-1].Seq, 10))
+	}
 	// Decorate outside the transaction: decorate takes the scheduler's lock,
 	// which must never be taken while a store transaction is open.
+	ptrs := make([]*api.Claim, len(cs))
 	for i := range cs {
-		srv.decorate(&cs[i])
+		ptrs[i] = &cs[i]
 	}
+	srv.decorate(ptrs...)
 	if cs == nil {
 		cs = []api.Claim{}
 	}
@@ -286,7 +324,8 @@ func (srv *Server) listClaims(w http.ResponseWriter, r *http.Request, p principa
 }
 
 // releaseClaim ends a claim: its devices go back and pending claims are
-// retried before the answer, so a newcomer cannot jump the queue.
+// retried in the same transaction, so a newcomer cannot jump the queue.
+// Releasing a released claim answers it again; a failed one is a 409.
 func (srv *Server) releaseClaim(w http.ResponseWriter, r *http.Request, p principal) {
 	c, err := srv.finish(r, p, api.Released, "released")
 	if err != nil {
@@ -297,7 +336,12 @@ func (srv *Server) releaseClaim(w http.ResponseWriter, r *http.Request, p princi
 }
 
 func (srv *Server) markFailed(w http.ResponseWriter, r *http.Request, p principal) {
-	c, err := srv.finish(r, p, api.Failed, r.URL.Query().Get("reason"))
+	reason := r.URL.Query().Get("reason")
+	if len(reason) > 1024 {
+		writeError(w, errField("reason", "at most 1024 bytes"))
+		return
+	}
+	c, err := srv.finish(r, p, api.Failed, reason)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -305,62 +349,124 @@ func (srv *Server) markFailed(w http.ResponseWriter, r *http.Request, p principa
 	writeJSON(w, http.StatusOK, c)
 }
 
-func (srv *Server) finish(r *http.Request, p principal, to api.ClaimState, reason string) (api.Claim, error) {
-	c, err := srv.loadClaim(r, p, r.PathValue("id"))
+// readClaimLocked reads a claim the principal may see from tx; others'
+// claims are 404.
+func readClaimLocked(tx state.Tx, p principal, id string) (api.Claim, error) {
+	c, err := tx.GetClaim(id)
 	if err != nil {
-		return c, err
+		if errors.Is(err, state.ErrNotFound) {
+			return api.Claim{}, errStatus(http.StatusNotFound, "claim %q not found", id)
+		}
+		return api.Claim{}, err
 	}
-	if c.State.Final() {
-		return c, nil // idempotent
+	if p.role == api.RoleTenant && c.Tenant != p.tenant {
+		return api.Claim{}, errStatus(http.StatusNotFound, "claim %q not found", id)
 	}
-	was, stored := c.State, c
-	c.State, c.Reason = to, reason
-	if err := srv.commitClaims(r.Context(), []api.Claim{c}, string(to)); err != nil {
-		return c, err
-	}
-	s := srv.sched
-	s.mu.Lock()
-	if was == api.Pending {
-		s.removePending(c.ID)
-		delete(s.reasons, c.ID)
-		delete(s.nominees, c.ID)
-	} else if err := s.st.Release(c.ID); err != nil {
-		srv.log.Warn("release: claim was not in the allocator's state", "claim", c.ID, "err", err)
-	}
-	s.addUse(c.Tenant, charge(&stored), -1)
-	s.changed()
-	s.mu.Unlock()
-	srv.retryPending(r.Context())
 	return c, nil
 }
 
+// finish moves a live claim to a final state (released or failed) in one
+// transaction: the claim is read there, its devices or its place in the
+// queue go back, a released claim's set-up that was never made is
+// dropped (the state is rebuilt from the live allocations), and the queue
+// is retried. A claim already in that final state is answered as it is;
+// one in the other final state is a 409.
+func (srv *Server) finish(r *http.Request, p principal, to api.ClaimState, reason string) (api.Claim, error) {
+	id := r.PathValue("id")
+	var out api.Claim
+	err := srv.update(r.Context(), func(tx state.Tx) error {
+		s := srv.sched
+		c, err := readClaimLocked(tx, p, id)
+		if err != nil {
+			return err
+		}
+		if c.State.Final() {
+			if c.State == to {
+				out = c
+				return nil
+			}
+			return conflict(&c, "claim %s is already %s; it cannot become %s", c.ID, c.State, to)
+		}
+		was, held := c.State, s.charge(&c)
+		c.State, c.Reason = to, reason
+		now := srv.cfg.Clock()
+		if err := srv.writeClaim(tx, &c, string(to), now); err != nil {
+			return err
+		}
+		unmade := false
+		if was == api.Pending {
+			s.removePending(c.ID)
+			delete(s.reasons, c.ID)
+			delete(s.nominees, c.ID)
+		} else {
+			unmade = srv.unmade(s.st.Allocations()[c.ID])
+			if err := s.st.Release(c.ID); err != nil {
+				srv.log.Warn("release: claim was not in the allocator's state", "claim", c.ID, "err", err)
+				unmade = true
+			}
+		}
+		s.addUse(c.Tenant, held, -1)
+		out = c
+		if unmade {
+			if err := srv.rebuildLocked(tx); err != nil {
+				return err
+			}
+		}
+		return srv.retryLocked(tx)
+	})
+	return out, err
+}
+
+// unmade reports whether an allocation holds layout changes its node has
+// not reported made yet: releasing it must not leave them planned.
+func (srv *Server) unmade(a *alloc.Allocation) bool {
+	if a == nil {
+		return false
+	}
+	for _, ch := range a.Changes {
+		if ch.Kind != alloc.ConfigureShare {
+			return !srv.sched.realized(a)
+		}
+	}
+	return false
+}
+
 func (srv *Server) markRunning(w http.ResponseWriter, r *http.Request, p principal) {
-	c, err := srv.loadClaim(r, p, r.PathValue("id"))
+	id := r.PathValue("id")
+	var out api.Claim
+	err := srv.update(r.Context(), func(tx state.Tx) error {
+		c, err := readClaimLocked(tx, p, id)
+		if err != nil {
+			return err
+		}
+		switch c.State {
+		case api.Running:
+		case api.Allocated:
+			c.State = api.Running
+			if err := srv.writeClaim(tx, &c, "running", srv.cfg.Clock()); err != nil {
+				return err
+			}
+		default:
+			return conflict(&c, "claim %s is %s; only an allocated claim can start running", c.ID, c.State)
+		}
+		out = c
+		return nil
+	})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if c.State != api.Allocated && c.State != api.Running {
-		writeError(w, errStatus(http.StatusConflict, "claim %s is %s; only an allocated claim can start running", c.ID, c.State))
-		return
-	}
-	if c.State == api.Allocated {
-		c.State = api.Running
-		if err := srv.commitClaims(r.Context(), []api.Claim{c}, "running"); err != nil {
-			writeError(w, err)
-			return
-		}
-		srv.sched.mu.Lock()
-		srv.sched.changed()
-		srv.sched.mu.Unlock()
-	}
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, out)
 }
 
 // watchEvents streams events as Server-Sent Events from ?since=SEQ; a
 // tenant sees its own claims' events only.
 func (srv *Server) watchEvents(w http.ResponseWriter, r *http.Request, p principal) {
-	since, _ := strconv.ParseInt(r.URL.Query().Get("since"), 10, 64)
+	since, err := strconv.ParseInt(r.URL.Query().Get("since"), 10, 64)
+	if err != nil && r.URL.Query().Get("since") != "" || since < 0 {
+		writeError(w, errField("since", "want the seq of the last event seen (a whole number ≥ 0)"))
+		return
+	}
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		writeError(w, errStatus(http.StatusInternalServerError, "streaming unsupported"))
@@ -385,7 +491,7 @@ func (srv *Server) watchEvents(w http.ResponseWriter, r *http.Request, p princip
 			if p.role == api.RoleTenant && e.Tenant != p.tenant {
 				continue
 			}
-			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, mustJSON(e))
+			writeSSE(w, e)
 		}
 		fl.Flush()
 		select {

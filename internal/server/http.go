@@ -20,6 +20,8 @@ type principal struct {
 	role   api.Role
 	tenant string
 	token  string // token id, never the secret
+	// node is the node an agent token was issued for ("" if unbound yet).
+	node string
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request, p principal)
@@ -29,6 +31,8 @@ type httpError struct {
 	status int
 	field  string
 	msg    string
+	// state is the claim's current state, on a 409 of a transition.
+	state string
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -53,23 +57,20 @@ func (srv *Server) authed(roles []api.Role, h handlerFunc) http.Handler {
 			return
 		}
 		hash := hashToken(secret)
-		tok, ok := srv.cache.token(hash)
-		var err error
-		if !ok {
-			err = srv.store.View(r.Context(), func(tx state.Tx) error {
-				var err error
-				tok, err = tx.TokenByHash(hash)
-				return err
-			})
-			if err == nil {
-				srv.cache.mu.Lock()
-				srv.cache.tokens[string(hash)] = tok
-				srv.cache.mu.Unlock()
-			}
-		}
+		tok, err := srv.tokenOf(r.Context(), hash)
 		if err != nil {
 			writeError(w, errStatus(http.StatusUnauthorized, "invalid token"))
 			return
+		}
+		if tok.Role == api.RoleTenant {
+			// A tenant's tokens die with it: deleting a tenant deletes
+			// them, and a token older than its tenant (one that survived a
+			// delete and re-create some other way) is refused too.
+			t, ok := srv.cache.tenant(tok.Tenant)
+			if !ok || t.Created.After(tok.Created) {
+				writeError(w, errStatus(http.StatusUnauthorized, "invalid token: its tenant %s no longer exists", tok.Tenant))
+				return
+			}
 		}
 		allowed := false
 		for _, role := range roles {
@@ -80,8 +81,34 @@ func (srv *Server) authed(roles []api.Role, h handlerFunc) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, srv.cfg.MaxBodyBytes)
-		h(w, r, principal{role: tok.Role, tenant: tok.Tenant, token: tok.ID})
+		h(w, r, principal{role: tok.Role, tenant: tok.Tenant, token: tok.ID, node: tok.Node})
 	})
+}
+
+// tokenOf finds a token by the hash of its secret: from the cache, or from
+// the store (then cached, unless a purge ran meanwhile).
+func (srv *Server) tokenOf(ctx context.Context, hash []byte) (api.Token, error) {
+	if tok, ok := srv.cache.token(hash); ok {
+		return tok, nil
+	}
+	srv.cache.mu.RLock()
+	gen := srv.cache.gen
+	srv.cache.mu.RUnlock()
+	var tok api.Token
+	err := srv.store.View(ctx, func(tx state.Tx) error {
+		var err error
+		tok, err = tx.TokenByHash(hash)
+		return err
+	})
+	if err != nil {
+		return api.Token{}, err
+	}
+	srv.cache.mu.Lock()
+	if srv.cache.gen == gen {
+		srv.cache.tokens[string(hash)] = tok
+	}
+	srv.cache.mu.Unlock()
+	return tok, nil
 }
 
 // statusWriter records the status for the access log.
@@ -131,7 +158,10 @@ func writeError(w http.ResponseWriter, err error) {
 	var mb *http.MaxBytesError
 	switch {
 	case errors.As(err, &he):
-		writeJSON(w, he.status, api.Error{Error: he.msg, Field: he.field})
+		if he.status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "5")
+		}
+		writeJSON(w, he.status, api.Error{Error: he.msg, Field: he.field, State: he.state})
 	case errors.As(err, &mb):
 		writeJSON(w, http.StatusRequestEntityTooLarge, api.Error{Error: fmt.Sprintf("request body over %d bytes", mb.Limit)})
 	case errors.Is(err, state.ErrNotFound):
@@ -205,4 +235,29 @@ func readList[T any](srv *Server, w http.ResponseWriter, r *http.Request, read f
 		out = []T{}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// writeSSE writes one event as a Server-Sent Events frame. Every field is
+// encoded: the id is a number, the event name keeps only [A-Za-z0-9._-]
+// (anything else becomes '_'), and the data is one line of JSON (which
+// escapes newlines), so no stored value can end a frame or forge another.
+func writeSSE(w io.Writer, e api.Event) {
+	fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, sseName(e.Kind), mustJSON(e))
+}
+
+func sseName(kind string) string {
+	if kind == "" {
+		return "message"
+	}
+	b := []byte(kind)
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	for i, c := range b {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			b[i] = '_'
+		}
+	}
+	return string(b)
 }

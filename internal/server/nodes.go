@@ -2,9 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"regexp"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
@@ -75,13 +80,28 @@ func (srv *Server) registerNode(w http.ResponseWriter, r *http.Request, p princi
 		writeError(w, err)
 		return
 	}
+	if len(req.Driver) > 64 || strings.ContainsFunc(req.Driver, unicode.IsControl) {
+		writeError(w, errField("driver", "at most 64 printable characters"))
+		return
+	}
 	now := srv.cfg.Clock()
 	n := api.Node{Name: name, State: api.NodeReady, LastHeartbeat: now, Simulated: req.Simulated, Driver: req.Driver,
 		Inventory: req.Inventory, Created: now}
 	n.Inventory.Name = name
-	err := srv.store.Update(r.Context(), func(tx state.Tx) error {
-		if old, err := tx.GetNode(name); err == nil {
-			n.Created = old.Created
+	err := srv.update(r.Context(), func(tx state.Tx) error {
+		old, err := tx.GetNode(name)
+		exists := err == nil
+		if err != nil && !errors.Is(err, state.ErrNotFound) {
+			return err
+		}
+		if exists {
+			n.Created, n.Agent = old.Created, old.Agent
+		}
+		if p.role == api.RoleAgent {
+			if err := srv.bindAgent(tx, p, name, old, exists); err != nil {
+				return err
+			}
+			n.Agent = p.token
 		}
 		if err := uniqueGPUs(tx, n); err != nil {
 			return err
@@ -93,17 +113,65 @@ func (srv *Server) registerNode(w http.ResponseWriter, r *http.Request, p princi
 			return err
 		}
 		ev := api.Event{Time: now, Kind: "node-registered", Node: name, Message: fmt.Sprintf("%d GPUs, driver %s", len(n.Inventory.GPUs), n.Driver)}
-		return tx.AppendEvent(&ev)
+		if err := tx.AppendEvent(&ev); err != nil {
+			return err
+		}
+		return srv.rebuildLocked(tx)
 	})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := srv.rebuild(r.Context()); err != nil {
-		writeError(w, err)
-		return
-	}
 	writeJSON(w, http.StatusOK, n)
+}
+
+// bindAgent decides whether an agent credential may register node name:
+// a token issued for another node may not; a token an admin issued for
+// this very node may (it replaces the node's credential: rotation); a
+// node bound to another live agent token may not be taken over by an
+// unbound token; a token already bound to a node takes no second one.
+// Registering binds the node to the token. The caller holds the
+// scheduler's lock inside a transaction.
+func (srv *Server) bindAgent(tx state.Tx, p principal, name string, old api.Node, exists bool) error {
+	if p.node != "" && p.node != name {
+		return errStatus(http.StatusForbidden, "this agent token was issued for node %s, not %s", p.node, name)
+	}
+	if p.node == name {
+		return nil
+	}
+	tokens, err := tx.ListTokens()
+	if err != nil {
+		return err
+	}
+	alive := map[string]bool{}
+	for _, t := range tokens {
+		alive[t.ID] = true
+	}
+	if exists && old.Agent != "" && old.Agent != p.token && alive[old.Agent] {
+		return errStatus(http.StatusForbidden, "node %s belongs to another agent credential; an admin can delete the node or that token", name)
+	}
+	nodes, err := tx.ListNodes()
+	if err != nil {
+		return err
+	}
+	for _, o := range nodes {
+		if o.Name != name && o.Agent == p.token {
+			return errStatus(http.StatusForbidden, "this agent token is bound to node %s; create one token per node", o.Name)
+		}
+	}
+	return nil
+}
+
+// mayAct says whether principal p may act for node n: an admin, or the
+// agent token the node is bound to.
+func mayAct(p principal, n api.Node) error {
+	if p.role == api.RoleAdmin {
+		return nil
+	}
+	if p.role == api.RoleAgent && n.Agent != "" && n.Agent == p.token {
+		return nil
+	}
+	return errStatus(http.StatusForbidden, "this token may not act for node %s (an agent token acts for the node it registered only)", n.Name)
 }
 
 // uniqueGPUs refuses a node whose GPU uuids another node already reports.
@@ -162,6 +230,63 @@ func (srv *Server) adoptInstances(tx state.Tx, n api.Node) error {
 	return nil
 }
 
+// eventKind is what an agent may name its events.
+var eventKind = regexp.MustCompile(`^[a-z][a-z0-9-]{0,47}$`)
+
+// checkHeartbeat refuses samples and events no real agent sends:
+// non-finite or negative usage, unknown claims fields, event kinds outside
+// [a-z0-9-], over-long messages.
+func checkHeartbeat(req *HeartbeatRequest) error {
+	if len(req.Usage) > 10000 || len(req.Events) > 1000 {
+		return errField("usage", "at most 10,000 usage samples and 1,000 events per heartbeat")
+	}
+	for i, u := range req.Usage {
+		for _, v := range []float64{u.GPUSeconds, u.SMSeconds, u.MemoryMiBSeconds, float64(u.MemoryMiB)} {
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				return errField(fmt.Sprintf("usage[%d]", i), "usage must be finite and non-negative, got %v", v)
+			}
+		}
+	}
+	for i, e := range req.Events {
+		if !eventKind.MatchString(e.Kind) {
+			return errField(fmt.Sprintf("events[%d].kind", i), "event kind %q: lowercase letters, digits and '-', starting with a letter, at most 48", e.Kind)
+		}
+		if len(e.Message) > 4096 {
+			return errField(fmt.Sprintf("events[%d].message", i), "at most 4096 bytes")
+		}
+	}
+	return nil
+}
+
+// usageBound is the most a claim can have used on a node in elapsed: each
+// of its devices there busy the whole time (SM-seconds likewise), and all
+// of their memory held. A sample above it is clamped, with a warning.
+func usageBound(c api.Claim, node string, inv alloc.Node, elapsed time.Duration) api.Consumption {
+	secs := elapsed.Seconds() + 5 // clock slack between agent and server
+	mem := map[string]int64{}
+	for _, g := range inv.GPUs {
+		if m, err := catalogModel(g.Model); err == nil {
+			mem[g.UUID] = m
+		}
+	}
+	var b api.Consumption
+	for _, d := range c.Allocation.Devices {
+		if d.Node != node {
+			continue
+		}
+		b.GPUSeconds += secs
+		b.SMSeconds += secs
+		b.MemoryMiBSeconds += float64(max(mem[d.GPU], d.MemoryMiB)) * secs
+	}
+	return b
+}
+
+func clampUsage(u, bound api.Consumption) (api.Consumption, bool) {
+	out := api.Consumption{GPUSeconds: min(u.GPUSeconds, bound.GPUSeconds), SMSeconds: min(u.SMSeconds, bound.SMSeconds),
+		MemoryMiBSeconds: min(u.MemoryMiBSeconds, bound.MemoryMiBSeconds)}
+	return out, out != u
+}
+
 func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal) {
 	name := r.PathValue("name")
 	var req HeartbeatRequest
@@ -175,14 +300,25 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 			return
 		}
 	}
+	if err := checkHeartbeat(&req); err != nil {
+		writeError(w, err)
+		return
+	}
 	now := srv.cfg.Clock()
-	rebuild := false
 	var n api.Node
-	err := srv.store.Update(r.Context(), func(tx state.Tx) error {
+	err := srv.update(r.Context(), func(tx state.Tx) error {
 		var err error
 		if n, err = tx.GetNode(name); err != nil {
-			return errStatus(http.StatusNotFound, "node %s is not registered: PUT /v1/nodes/%s first", name, name)
+			if errors.Is(err, state.ErrNotFound) {
+				return errStatus(http.StatusNotFound, "node %s is not registered: PUT /v1/nodes/%s first", name, name)
+			}
+			return err
 		}
+		if err := mayAct(p, n); err != nil {
+			return err
+		}
+		rebuild := false
+		elapsed := now.Sub(n.LastHeartbeat)
 		if n.State != api.NodeReady {
 			n.State, rebuild = api.NodeReady, true
 		}
@@ -191,6 +327,9 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 			inv := *req.Inventory
 			inv.Name = name
 			if mustJSON(inv) != mustJSON(n.Inventory) { // JSON: nil and empty lists are the same
+				if err := uniqueGPUs(tx, api.Node{Name: name, Inventory: inv}); err != nil {
+					return err
+				}
 				n.Inventory, rebuild = inv, true
 			}
 		}
@@ -207,7 +346,11 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 			if err != nil || !onNode(c, name) {
 				continue // released and gone, or not this node's to report
 			}
-			used := api.Consumption{GPUSeconds: u.GPUSeconds, SMSeconds: u.SMSeconds, MemoryMiBSeconds: u.MemoryMiBSeconds}
+			used, clamped := clampUsage(api.Consumption{GPUSeconds: u.GPUSeconds, SMSeconds: u.SMSeconds, MemoryMiBSeconds: u.MemoryMiBSeconds},
+				usageBound(c, name, n.Inventory, elapsed))
+			if clamped {
+				srv.log.Warn("usage sample above what the claim's devices allow in the time since the last heartbeat; clamped", "node", name, "claim", c.ID)
+			}
 			if err := tx.AddUsage(c.Tenant, used); err != nil {
 				return err
 			}
@@ -221,13 +364,25 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 					return err
 				}
 			}
-			srv.metrics.observeUsed(name, c, u.MemoryMiB)
+			mib := u.MemoryMiB
+			tx.OnCommit(func() { srv.metrics.observeUsed(name, c, mib) })
 		}
 		for _, e := range req.Events {
-			e.Time, e.Node = now, name
-			if err := tx.AppendEvent(&e); err != nil {
+			// The agent names what happened; who it concerns is the
+			// server's to say: a claim only if it is on this node, and its
+			// tenant from the claim.
+			ev := api.Event{Time: now, Node: name, Kind: e.Kind, Message: e.Message}
+			if e.Claim != "" {
+				if c, err := tx.GetClaim(e.Claim); err == nil && onNode(c, name) {
+					ev.Claim, ev.Tenant = c.ID, c.Tenant
+				}
+			}
+			if err := tx.AppendEvent(&ev); err != nil {
 				return err
 			}
+		}
+		if rebuild {
+			return srv.rebuildLocked(tx)
 		}
 		return nil
 	})
@@ -235,25 +390,39 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 		writeError(w, err)
 		return
 	}
-	if rebuild {
-		if err := srv.rebuild(r.Context()); err != nil {
-			writeError(w, err)
-			return
-		}
-	}
 	writeJSON(w, http.StatusOK, n)
 }
 
 // nodeClaims lists the live claims on a node: what its agent must make
-// true (layout changes, MPS daemons) and watch.
+// true (layout changes, MPS daemons) and watch. Only that node's agent
+// (or an admin) may read them.
 func (srv *Server) nodeClaims(w http.ResponseWriter, r *http.Request, p principal) {
+	name := r.PathValue("name")
 	readList(srv, w, r, func(tx state.Tx) ([]api.Claim, error) {
-		return tx.ListClaims(state.ClaimFilter{Node: r.PathValue("name"), States: []api.ClaimState{api.Allocated, api.Running}})
+		n, err := tx.GetNode(name)
+		if err != nil {
+			if errors.Is(err, state.ErrNotFound) {
+				return nil, errStatus(http.StatusNotFound, "node %s is not registered", name)
+			}
+			return nil, err
+		}
+		if err := mayAct(p, n); err != nil {
+			return nil, err
+		}
+		return tx.ListClaims(state.ClaimFilter{Node: name, States: []api.ClaimState{api.Allocated, api.Running}})
 	})
 }
 
 func (srv *Server) listNodes(w http.ResponseWriter, r *http.Request, p principal) {
-	readList(srv, w, r, func(tx state.Tx) ([]api.Node, error) { return tx.ListNodes() })
+	pg, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	readList(srv, w, r, func(tx state.Tx) ([]api.Node, error) {
+		ns, err := tx.ListNodes()
+		return pageByName(w, pg, ns, func(n api.Node) string { return n.Name }), err
+	})
 }
 
 func (srv *Server) getNode(w http.ResponseWriter, r *http.Request, p principal) {
@@ -271,12 +440,21 @@ func (srv *Server) getNode(w http.ResponseWriter, r *http.Request, p principal) 
 }
 
 func (srv *Server) deleteNode(w http.ResponseWriter, r *http.Request, p principal) {
-	err := srv.store.Update(r.Context(), func(tx state.Tx) error { return tx.DeleteNode(r.PathValue("name")) })
+	name := r.PathValue("name")
+	err := srv.update(r.Context(), func(tx state.Tx) error {
+		if err := tx.DeleteNode(name); err != nil {
+			if errors.Is(err, state.ErrNotFound) {
+				return errStatus(http.StatusNotFound, "node %s is not registered", name)
+			}
+			return err
+		}
+		ev := api.Event{Time: srv.cfg.Clock(), Kind: "node-deleted", Node: name, Message: "deleted by an admin; its claims are re-queued"}
+		if err := tx.AppendEvent(&ev); err != nil {
+			return err
+		}
+		return srv.rebuildLocked(tx)
+	})
 	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := srv.rebuild(r.Context()); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -304,7 +482,7 @@ func (srv *Server) sweepLoop(ctx context.Context) {
 func (srv *Server) sweep(ctx context.Context) error {
 	now := srv.cfg.Clock()
 	lost := 0
-	err := srv.store.Update(ctx, func(tx state.Tx) error {
+	err := srv.update(ctx, func(tx state.Tx) error {
 		ns, err := tx.ListNodes()
 		if err != nil {
 			return err
@@ -323,13 +501,15 @@ func (srv *Server) sweep(ctx context.Context) error {
 				}
 			}
 		}
-		return nil
+		if lost == 0 {
+			return nil
+		}
+		return srv.rebuildLocked(tx)
 	})
-	if err != nil || lost == 0 {
-		return err
+	if err == nil && lost > 0 {
+		srv.log.Warn("nodes lost", "count", lost)
 	}
-	srv.log.Warn("nodes lost", "count", lost)
-	return srv.rebuild(ctx)
+	return err
 }
 
 // usage reports what tenants hold now and have used.

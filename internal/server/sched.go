@@ -4,30 +4,41 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/state"
 )
 
 // scheduler keeps the allocator's State in memory as the authority on what
-// is reserved, and the pending queue (priority, then FIFO). A decision is
-// reserved in memory under the lock, then made durable in the store outside
-// it (so concurrent claims share a group commit); a failed commit gives the
-// reservation back. The State is rebuilt from the store whenever nodes
-// change.
+// is reserved, the pending queue (priority, then FIFO) and the quota
+// counters. It changes only inside a store transaction (Server.update), so
+// it and the store see the same sequence of changes; mu guards it for the
+// readers (queue positions, metrics, Check).
 type scheduler struct {
-	mu      sync.Mutex
-	st      *alloc.State
+	mu sync.Mutex
+	st *alloc.State
+	// reported is the fleet as the agents last reported it (ready nodes).
+	reported alloc.Fleet
+	// minGPUMiB is the smallest whole GPU's memory in the fleet: what a
+	// pending exclusive claim that names no memory is charged.
+	minGPUMiB int64
+	// stale is set when a transaction that changed memory did not commit:
+	// the next transaction rebuilds from the store first.
+	stale   bool
 	pending []*api.Claim // ordered: priority desc, seq asc
+	// queued counts each tenant's pending claims (the queue bound).
+	queued  map[string]int
 	reasons map[string]string
 	kick    chan struct{}
-	// notify is closed (and replaced) whenever a claim changes, waking
-	// long polls and event streams.
+	// notify is closed (and replaced) whenever a transaction commits,
+	// waking long polls and event streams.
 	notify chan struct{}
 	// use is what each tenant's live claims are charged, for quotas (see
 	// charge).
@@ -60,7 +71,7 @@ type tenantUse struct {
 
 func newScheduler() *scheduler {
 	return &scheduler{reasons: map[string]string{}, kick: make(chan struct{}, 1), notify: make(chan struct{}),
-		use: map[string]tenantUse{}, nominees: map[string]nominee{}}
+		use: map[string]tenantUse{}, nominees: map[string]nominee{}, queued: map[string]int{}}
 }
 
 // waitChan returns a channel closed at the next change.
@@ -110,17 +121,31 @@ func given(a *alloc.Allocation) tenantUse {
 	return u
 }
 
-// charge is what a claim counts against its tenant's quota: what it asks
-// for while pending; once allocated, the larger of what it asked for and
-// what it was given, per resource. A claim that asks for nothing but gets
-// a whole GPU is charged the GPU.
-func charge(c *api.Claim) tenantUse {
-	u := asks(&c.Spec)
-	if c.Allocation == nil || c.State == api.Pending {
-		return u
+// charge is what a claim counts against its tenant's quota. While
+// pending: what it asks for, except that a whole-GPU request (exclusive,
+// or hardware isolation without a MIG mode) that names no memory is
+// charged the smallest GPU of the fleet, and no compute as 100%: at least
+// what it will hold, so a queue of such claims is bounded by the quota
+// too. Once allocated: the larger of what it asked for and what it was
+// given, per resource. The caller holds mu.
+func (s *scheduler) charge(c *api.Claim) tenantUse {
+	if c.Allocation != nil && c.State != api.Pending {
+		u, g := asks(&c.Spec), given(c.Allocation)
+		return tenantUse{mem: max(u.mem, g.mem), comp: max(u.comp, g.comp)}
 	}
-	g := given(c.Allocation)
-	return tenantUse{mem: max(u.mem, g.mem), comp: max(u.comp, g.comp)}
+	var u tenantUse
+	for _, r := range c.Spec.Requests {
+		n := max(r.Count, 1)
+		mem, comp := r.MemoryMiB, r.ComputePercent
+		whole := r.Mode == alloc.Exclusive || (c.Spec.Isolation == alloc.IsolationHardware && r.Mode != alloc.MIG && r.Profile == "")
+		if whole {
+			mem = max(mem, s.minGPUMiB)
+			comp = 100
+		}
+		u.mem += mem * int64(n)
+		u.comp += comp * n
+	}
+	return u
 }
 
 // sub returns u - v.
@@ -132,6 +157,10 @@ func (s *scheduler) addUse(tenant string, u tenantUse, sign int) {
 	cur := s.use[tenant]
 	cur.mem += int64(sign) * u.mem
 	cur.comp += sign * u.comp
+	if cur == (tenantUse{}) {
+		delete(s.use, tenant)
+		return
+	}
 	s.use[tenant] = cur
 }
 
@@ -156,21 +185,28 @@ func require(ac *alloc.Claim, clause string) {
 	}
 }
 
-// rebuild makes a fresh State from the store: ready nodes as reported by
-// their agents, plus every live allocation with the layout changes the
-// agents have not made yet. Allocations that no longer fit (their node is
-// gone or lost) are returned for re-queueing.
+// rebuild makes a fresh scheduler state from the store (see
+// rebuildLocked), in its own transaction.
 func (srv *Server) rebuild(ctx context.Context) error {
-	var nodes []api.Node
-	var live, pend []api.Claim
-	err := srv.store.View(ctx, func(tx state.Tx) error {
-		var err error
-		if nodes, err = tx.ListNodes(); err != nil {
-			return err
-		}
-		live, pend, err = liveAndPending(tx)
+	return srv.update(ctx, func(tx state.Tx) error { return srv.rebuildLocked(tx) })
+}
+
+// rebuildLocked makes a fresh State from what tx sees: ready nodes as
+// reported by their agents, plus every live allocation with the layout
+// changes that make it true on the reported hardware (alloc.Realize: a
+// function of the live allocations, so a claim released before its set-up
+// was made leaves nothing half-made behind). Running claims on an
+// unhealthy GPU fail (or are re-queued with faultPolicy requeue); other
+// allocations that no longer fit (their node is gone or lost, their GPU
+// sick) are re-queued. Everything it changes is written to tx. The caller
+// holds mu inside a transaction (Server.update).
+func (srv *Server) rebuildLocked(tx state.Tx) error {
+	s := srv.sched
+	nodes, err := tx.ListNodes()
+	if err != nil {
 		return err
-	})
+	}
+	live, pend, err := liveAndPending(tx)
 	if err != nil {
 		return err
 	}
@@ -178,6 +214,7 @@ func (srv *Server) rebuild(ctx context.Context) error {
 	f.Policy = srv.cfg.Policy
 	ready := map[string]bool{}
 	sick := map[string]bool{} // GPU uuids reported unhealthy
+	var minMiB int64
 	for _, n := range nodes {
 		if n.State != api.NodeReady {
 			continue
@@ -190,16 +227,21 @@ func (srv *Server) rebuild(ctx context.Context) error {
 			if !g.Healthy {
 				sick[g.UUID] = true
 			}
+			if m, err := catalogModel(g.Model); err == nil && (minMiB == 0 || m < minMiB) {
+				minMiB = m
+			}
 		}
 	}
 	st, err := alloc.NewState(f, nil, alloc.Options{})
 	if err != nil {
 		return fmt.Errorf("building the fleet from agent inventories: %w", err)
 	}
+	now := srv.cfg.Clock()
 	var requeue, failed []api.Claim
 	for _, c := range live {
 		a := c.Allocation
 		if a == nil || !onReadyNodes(a, ready) {
+			c.Reason = "re-queued: its node was lost or deleted"
 			requeue = append(requeue, c)
 			continue
 		}
@@ -210,59 +252,99 @@ func (srv *Server) rebuild(ctx context.Context) error {
 				c.State, c.Reason = api.Failed, "GPU "+gpu+" became unhealthy while it ran"
 				failed = append(failed, c)
 			} else {
+				c.Reason = "re-queued: GPU " + gpu + " became unhealthy"
 				requeue = append(requeue, c)
 			}
 			continue
 		}
 		rest := *a
-		rest.Changes = remainingChanges(a, f)
-		if err := st.Apply(&rest); err != nil {
+		changes, err := st.Realize(&rest)
+		if err == nil {
+			rest.Changes = changes
+			err = st.Apply(&rest)
+		}
+		if err != nil {
 			srv.log.Warn("allocation no longer fits the reported fleet; re-queueing", "claim", c.ID, "err", err)
+			c.Reason = "re-queued: its allocation no longer fits its node as reported: " + err.Error()
 			requeue = append(requeue, c)
+			continue
+		}
+		if needsMore(a.Changes, changes) {
+			// The set-up another claim was to make is gone with it: this
+			// claim's own changes now carry it, for the agent to make.
+			c.Allocation = &rest
+			if err := srv.writeClaim(tx, &c, "replanned", now); err != nil {
+				return err
+			}
 		}
 	}
-	srv.sched.mu.Lock()
-	srv.sched.st = st
-	srv.sched.nominees, srv.sched.reserved = map[string]nominee{}, nil // a new fleet
-	srv.sched.pending = nil
-	srv.sched.use = map[string]tenantUse{}
+	for i := range failed {
+		if err := srv.writeClaim(tx, &failed[i], "failed", now); err != nil {
+			return err
+		}
+	}
+	for i := range requeue {
+		c := &requeue[i]
+		c.State, c.Allocation = api.Pending, nil
+		if err := srv.writeClaim(tx, c, "requeued", now); err != nil {
+			return err
+		}
+		pend = append(pend, *c)
+	}
+	s.st, s.reported, s.minGPUMiB, s.stale = st, f, minMiB, false
+	s.nominees, s.reserved = map[string]nominee{}, nil // a new fleet
+	s.pending, s.queued = nil, map[string]int{}
+	s.use = map[string]tenantUse{}
+	keep := map[string]string{}
 	for i := range pend {
 		c := pend[i]
-		srv.sched.pending = append(srv.sched.pending, &c)
-		srv.sched.addUse(c.Tenant, charge(&c), 1)
+		s.pending = append(s.pending, &c)
+		s.queued[c.Tenant]++
+		s.addUse(c.Tenant, s.charge(&c), 1)
+		if why, ok := s.reasons[c.ID]; ok {
+			keep[c.ID] = why
+		}
 	}
+	s.reasons = keep
 	for i := range live {
-		srv.sched.addUse(live[i].Tenant, charge(&live[i]), 1)
-	}
-	srv.sched.mu.Unlock()
-	if len(failed) > 0 {
-		if err := srv.commitClaims(ctx, failed, "failed"); err != nil {
-			return err
+		c := &live[i]
+		if c.State == api.Allocated || c.State == api.Running {
+			if _, ok := st.Allocations()[c.ID]; ok {
+				s.addUse(c.Tenant, s.charge(c), 1)
+			}
 		}
-		srv.sched.mu.Lock()
-		for _, c := range failed {
-			srv.sched.addUse(c.Tenant, charge(&c), -1)
-		}
-		srv.sched.mu.Unlock()
 	}
-	for _, c := range requeue {
-		held := charge(&c)
-		c.State, c.Allocation, c.Reason = api.Pending, nil, "re-queued: its node was lost or its GPU became unhealthy"
-		if err := srv.commitClaims(ctx, []api.Claim{c}, "requeued"); err != nil {
-			return err
-		}
-		srv.sched.mu.Lock()
-		cc := c
-		srv.sched.insertPending(&cc)
-		srv.sched.addUse(c.Tenant, charge(&cc).sub(held), 1) // back to what it asks
-		srv.sched.mu.Unlock()
-	}
-	srv.sched.mu.Lock()
-	srv.sched.sortPending()
-	srv.sched.changed()
-	srv.sched.mu.Unlock()
-	srv.sched.poke()
+	s.sortPending()
+	s.poke()
 	return nil
+}
+
+// needsMore reports whether realized holds a change that had not
+// (kind, GPU, device) a claim's stored changes lack.
+func needsMore(had, realized []alloc.Change) bool {
+	type key struct {
+		kind        alloc.ChangeKind
+		gpu, device string
+	}
+	seen := map[key]bool{}
+	for _, ch := range had {
+		seen[key{ch.Kind, ch.GPU, ch.Device}] = true
+	}
+	for _, ch := range realized {
+		if !seen[key{ch.Kind, ch.GPU, ch.Device}] {
+			return true
+		}
+	}
+	return false
+}
+
+// catalogModel is a model's whole-GPU memory.
+func catalogModel(model string) (int64, error) {
+	g, err := catalog.Default().GPU(model)
+	if err != nil {
+		return 0, err
+	}
+	return g.MemoryMiB, nil
 }
 
 // liveAndPending lists the claims holding devices (allocated or running)
@@ -294,53 +376,6 @@ func onReadyNodes(a *alloc.Allocation, ready map[string]bool) bool {
 	return true
 }
 
-// remainingChanges keeps the changes of an allocation that the fleet (as
-// the agents report it) does not show yet.
-func remainingChanges(a *alloc.Allocation, f alloc.Fleet) []alloc.Change {
-	gpus := map[string]*alloc.GPU{}
-	for ni := range f.Nodes {
-		for gi := range f.Nodes[ni].GPUs {
-			g := &f.Nodes[ni].GPUs[gi]
-			gpus[g.UUID] = g
-		}
-	}
-	has := func(g *alloc.GPU, id string, profile string, start int) bool {
-		for _, in := range g.Instances {
-			if in.UUID == id || (in.Profile == profile && in.Start == start) {
-				return true
-			}
-		}
-		return false
-	}
-	var out []alloc.Change
-	for _, ch := range a.Changes {
-		g := gpus[ch.GPU]
-		if g == nil {
-			continue
-		}
-		switch ch.Kind {
-		case alloc.CreateInstance:
-			if g.MIGEnabled && has(g, ch.Device, ch.Profile, ch.Start) {
-				continue
-			}
-		case alloc.DestroyInstance:
-			if !g.MIGEnabled || !has(g, ch.Device, ch.Profile, ch.Start) {
-				continue
-			}
-		case alloc.EnableMIG:
-			if g.MIGEnabled {
-				continue
-			}
-		case alloc.DisableMIG:
-			if !g.MIGEnabled {
-				continue
-			}
-		}
-		out = append(out, ch)
-	}
-	return out
-}
-
 func (s *scheduler) sortPending() {
 	sort.SliceStable(s.pending, func(i, j int) bool {
 		a, b := s.pending[i], s.pending[j]
@@ -351,18 +386,38 @@ func (s *scheduler) sortPending() {
 	})
 }
 
+// insertPending queues a claim in its place (priority, then FIFO).
 func (s *scheduler) insertPending(c *api.Claim) {
-	s.pending = append(s.pending, c)
-	s.sortPending()
+	i := sort.Search(len(s.pending), func(i int) bool {
+		p := s.pending[i]
+		if p.Spec.Priority != c.Spec.Priority {
+			return p.Spec.Priority < c.Spec.Priority
+		}
+		return p.Seq > c.Seq
+	})
+	s.pending = slices.Insert(s.pending, i, c)
+	s.queued[c.Tenant]++
 }
 
 func (s *scheduler) removePending(id string) {
 	for i, c := range s.pending {
 		if c.ID == id {
 			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			if s.queued[c.Tenant]--; s.queued[c.Tenant] <= 0 {
+				delete(s.queued, c.Tenant)
+			}
 			return
 		}
 	}
+}
+
+// positions maps each pending claim to its place in the queue (1 = next).
+func (s *scheduler) positions() map[string]int {
+	out := make(map[string]int, len(s.pending))
+	for i, c := range s.pending {
+		out[c.ID] = i + 1
+	}
+	return out
 }
 
 // position is a pending claim's place in the queue (1 = next), or 0.
@@ -390,20 +445,27 @@ func (srv *Server) retryLoop(ctx context.Context) {
 	}
 }
 
-// retryPending tries every pending claim in queue order; lower-priority
+// retryPending retries the queue in its own transaction (see
+// retryLocked).
+func (srv *Server) retryPending(ctx context.Context) {
+	if err := srv.update(ctx, func(tx state.Tx) error { return srv.retryLocked(tx) }); err != nil && ctx.Err() == nil {
+		srv.log.Error("retrying the queue", "err", err)
+	}
+}
+
+// retryLocked tries every pending claim in queue order; lower-priority
 // claims may fill room a higher one cannot use (backfill) until a claim
 // has waited ReserveAfter: then a node is held for it, and the claims
 // after it of its priority or lower go elsewhere (see Config.ReserveAfter).
-func (srv *Server) retryPending(ctx context.Context) {
+// Placed claims are written to tx. The caller holds mu inside a
+// transaction (Server.update).
+func (srv *Server) retryLocked(tx state.Tx) error {
 	s := srv.sched
-	s.mu.Lock()
-	if s.st == nil {
-		s.mu.Unlock()
-		return
+	if s.st == nil || len(s.pending) == 0 {
+		return nil
 	}
 	now := srv.cfg.Clock()
 	s.reserved = nil
-	var placed []api.Claim
 	queue := append([]*api.Claim(nil), s.pending...)
 	// The queue is the look-ahead: a claim that opens a shared device gets
 	// one sized for the queued claims behind it that could join it.
@@ -411,6 +473,7 @@ func (srv *Server) retryPending(ctx context.Context) {
 	for i, c := range queue {
 		ahead[i] = *allocClaim(c)
 	}
+	placed := 0
 	for i, c := range queue {
 		a, err := srv.allocate(c, now, ahead[i+1:])
 		if err != nil {
@@ -425,7 +488,8 @@ func (srv *Server) retryPending(ctx context.Context) {
 		}
 		done := *c
 		done.State, done.Allocation, done.Reason = api.Allocated, a, ""
-		more := charge(&done).sub(charge(c))
+		held := s.charge(c)
+		more := s.charge(&done).sub(held)
 		if err := srv.quotaRoom(c.Tenant, more); err != nil {
 			s.reasons[c.ID] = err.Error()
 			continue
@@ -434,35 +498,19 @@ func (srv *Server) retryPending(ctx context.Context) {
 			s.reasons[c.ID] = err.Error()
 			continue
 		}
+		if err := srv.writeClaim(tx, &done, "allocated", now); err != nil {
+			return err
+		}
 		s.addUse(c.Tenant, more, 1)
-		placed = append(placed, done)
 		s.removePending(c.ID)
 		delete(s.reasons, c.ID)
 		delete(s.nominees, c.ID)
+		placed++
 	}
-	s.mu.Unlock()
-	if len(placed) == 0 {
-		return
+	if placed > 0 {
+		tx.OnCommit(func() { srv.metrics.observeAllocation(srv.cfg.Clock().Sub(now)) })
 	}
-	start := srv.cfg.Clock()
-	if err := srv.commitClaims(ctx, placed, "allocated"); err != nil {
-		srv.log.Error("committing allocations failed; giving the reservations back", "err", err)
-		s.mu.Lock()
-		for i := range placed {
-			_ = s.st.Release(placed[i].ID)
-			c := placed[i]
-			held := charge(&c)
-			c.State, c.Allocation = api.Pending, nil
-			s.addUse(c.Tenant, charge(&c).sub(held), 1)
-			s.insertPending(&c)
-		}
-		s.mu.Unlock()
-		return
-	}
-	srv.metrics.observeAllocation(srv.cfg.Clock().Sub(start))
-	s.mu.Lock()
-	s.changed()
-	s.mu.Unlock()
+	return nil
 }
 
 // allocate decides for a claim under the reservation in force: a claim
@@ -559,27 +607,16 @@ func (srv *Server) waitingBehind(r *reservation, now time.Time) string {
 		r.claim.ID, r.claim.Spec.Priority, now.Sub(r.claim.Created).Round(time.Second), srv.cfg.ReserveAfter)
 }
 
-// commitClaims writes claims and an event each, durably, in one update.
-// A claim's Used is the heartbeats' to write: the stored one is kept, so
-// a copy read before a heartbeat does not lose what it added.
-func (srv *Server) commitClaims(ctx context.Context, cs []api.Claim, kind string) error {
-	now := srv.cfg.Clock()
-	return srv.store.Update(ctx, func(tx state.Tx) error {
-		for i := range cs {
-			cs[i].Updated = now
-			if old, err := tx.GetClaim(cs[i].ID); err == nil {
-				cs[i].Used = old.Used
-			}
-			if err := tx.UpdateClaim(cs[i]); err != nil {
-				return err
-			}
-			ev := api.Event{Time: now, Kind: kind, Claim: cs[i].ID, Tenant: cs[i].Tenant, Message: describeClaim(&cs[i])}
-			if err := tx.AppendEvent(&ev); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+// writeClaim stores a claim's new state and an event of kind, in tx. The
+// caller read c from tx in the same transaction, so it is current (Used
+// included).
+func (srv *Server) writeClaim(tx state.Tx, c *api.Claim, kind string, now time.Time) error {
+	c.Updated = now
+	if err := tx.UpdateClaim(*c); err != nil {
+		return err
+	}
+	ev := api.Event{Time: now, Kind: kind, Claim: c.ID, Tenant: c.Tenant, Message: describeClaim(c)}
+	return tx.AppendEvent(&ev)
 }
 
 func describeClaim(c *api.Claim) string {
@@ -594,4 +631,49 @@ func describeClaim(c *api.Claim) string {
 		devs = append(devs, fmt.Sprintf("%s on %s (%s, %d MiB)", d.Device, d.Node, d.Mode, d.MemoryMiB))
 	}
 	return string(c.State) + ": " + strings.Join(devs, ", ")
+}
+
+// realized reports whether the reported fleet already shows every layout
+// change of a (configure-sharing aside). The caller holds mu.
+func (s *scheduler) realized(a *alloc.Allocation) bool {
+	gpus := map[string]*alloc.GPU{}
+	for ni := range s.reported.Nodes {
+		for gi := range s.reported.Nodes[ni].GPUs {
+			g := &s.reported.Nodes[ni].GPUs[gi]
+			gpus[g.UUID] = g
+		}
+	}
+	has := func(g *alloc.GPU, id, profile string, start int) bool {
+		for _, in := range g.Instances {
+			if in.UUID == id || (in.Profile == profile && in.Start == start) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, ch := range a.Changes {
+		g := gpus[ch.GPU]
+		if g == nil {
+			return false
+		}
+		switch ch.Kind {
+		case alloc.CreateInstance:
+			if !g.MIGEnabled || !has(g, ch.Device, ch.Profile, ch.Start) {
+				return false
+			}
+		case alloc.DestroyInstance:
+			if g.MIGEnabled && has(g, ch.Device, "", -1) {
+				return false
+			}
+		case alloc.EnableMIG:
+			if !g.MIGEnabled {
+				return false
+			}
+		case alloc.DisableMIG:
+			if g.MIGEnabled {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -43,6 +43,11 @@ type Config struct {
 	// fleet keeps working. Default 5 minutes; negative: always backfill. A
 	// claim that could not fit even the empty fleet holds nothing.
 	ReserveAfter time.Duration
+	// MaxQueuedPerTenant bounds each tenant's pending claims (default
+	// 1,000; negative: no bound). A claim that would queue past it is
+	// refused with 429. Memory is bounded by the quota: a pending claim is
+	// charged at least what it will hold.
+	MaxQueuedPerTenant int
 	// MaxBodyBytes bounds request bodies (default 1 MiB).
 	MaxBodyBytes int64
 	// Simulated says the local node runs on simulated GPUs; answers that
@@ -64,8 +69,25 @@ type Server struct {
 
 type cache struct {
 	mu      sync.RWMutex
-	tokens  map[string]api.Token // hex(hash) -> token
+	tokens  map[string]api.Token // hash -> token
 	tenants map[string]api.Tenant
+	// gen counts purges of tokens: a token read from the store is cached
+	// only if no purge happened since the read began, so a token deleted
+	// meanwhile cannot come back through the cache.
+	gen uint64
+}
+
+// purge drops cached tokens that match, under the lock; the caller runs
+// it once the deletion has committed (Tx.OnCommit).
+func (c *cache) purge(match func(api.Token) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	for h, t := range c.tokens {
+		if match(t) {
+			delete(c.tokens, h)
+		}
+	}
 }
 
 func (c *cache) token(hash []byte) (api.Token, bool) {
@@ -80,6 +102,12 @@ func (c *cache) tenant(name string) (api.Tenant, bool) {
 	defer c.mu.RUnlock()
 	t, ok := c.tenants[name]
 	return t, ok
+}
+
+func (c *cache) putTenant(t api.Tenant) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tenants[t.Name] = t
 }
 
 // load fills the cache from the store.
@@ -122,6 +150,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = 2 * time.Second
+	}
+	if cfg.MaxQueuedPerTenant == 0 {
+		cfg.MaxQueuedPerTenant = 1000
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
@@ -190,6 +221,13 @@ func (srv *Server) NewHTTPServer(addr string) *http.Server {
 // CreateToken makes a token and stores its hash; the secret is returned
 // once.
 func (srv *Server) CreateToken(ctx context.Context, role api.Role, tenant string) (api.Token, error) {
+	return srv.CreateTokenFor(ctx, role, tenant, "")
+}
+
+// CreateTokenFor is CreateToken with an agent token bound to node from
+// the start (node "" for other roles, or an agent bound at its first
+// registration).
+func (srv *Server) CreateTokenFor(ctx context.Context, role api.Role, tenant, node string) (api.Token, error) {
 	secret, err := randomHex(24)
 	if err != nil {
 		return api.Token{}, err
@@ -198,12 +236,12 @@ func (srv *Server) CreateToken(ctx context.Context, role api.Role, tenant string
 	if err != nil {
 		return api.Token{}, err
 	}
-	t := api.Token{ID: "tok-" + id, Role: role, Tenant: tenant, Created: srv.cfg.Clock()}
+	t := api.Token{ID: "tok-" + id, Role: role, Tenant: tenant, Node: node, Created: srv.cfg.Clock()}
 	secret = "gs_" + string(role[:1]) + "_" + secret
-	err = srv.store.Update(ctx, func(tx state.Tx) error {
+	err = srv.update(ctx, func(tx state.Tx) error {
 		if role == api.RoleTenant {
 			if _, err := tx.GetTenant(tenant); err != nil {
-				return err
+				return errField("tenant", "tenant %q does not exist", tenant)
 			}
 		}
 		return tx.CreateToken(t, hashToken(secret))

@@ -35,6 +35,8 @@ type harness struct {
 	admin   string
 	now     time.Time
 	mu      sync.Mutex
+	// agents holds each node's agent token secret (h.node makes one).
+	agents map[string]string
 }
 
 func newHarness(t *testing.T, store state.Store) *harness {
@@ -174,6 +176,12 @@ func (h *harness) node(name, preset string, opts ...func(*agent.Config, *fake.Ma
 	h.t.Helper()
 	var tok api.Token
 	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent}, 201, &tok)
+	h.mu.Lock()
+	if h.agents == nil {
+		h.agents = map[string]string{}
+	}
+	h.agents[name] = tok.Secret
+	h.mu.Unlock()
 	spec, err := fake.Preset(preset)
 	if err != nil {
 		h.t.Fatal(err)
@@ -452,9 +460,11 @@ func TestQuotaChargesWhatIsGiven(t *testing.T) {
 
 // A queued claim is charged what it would be given when its turn comes: if
 // that breaks the quota it stays pending and says so; others may go first.
+// (A time-sliced claim that names no memory is charged nothing while it
+// waits, and its equal share of the device once placed.)
 func TestQueuedClaimQuotaOnAllocation(t *testing.T) {
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 25000)
+	acme := h.tenant("acme", 5000)
 	beta := h.tenant("beta", 0)
 	h.node("host-a", "l4x4")
 	var betas []api.Claim
@@ -463,23 +473,49 @@ func TestQueuedClaimQuotaOnAllocation(t *testing.T) {
 		h.must(beta, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
 		betas = append(betas, c)
 	}
-	var whole, small api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &whole)
+	var share, small api.Claim
 	h.must(acme, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &small)
-	if whole.State != api.Pending || small.State != api.Pending {
-		t.Fatalf("with every GPU taken: whole %s, small %s", whole.State, small.State)
+	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.TimeSlice), 201, &share)
+	if share.State != api.Pending || small.State != api.Pending {
+		t.Fatalf("with every GPU taken: share %s, small %s", share.State, small.State)
 	}
-	// Two GPUs free up: the small claim takes one; the whole-GPU claim
-	// would fit the other, but not its tenant's quota — on every retry.
+	// A GPU frees up: the share would get a sixteenth of an L4 (1536 MiB),
+	// more than the 1000 MiB left of the quota once small is placed.
 	h.must(beta, "DELETE", "/v1/claims/"+betas[0].ID, nil, 200, nil)
-	h.must(beta, "DELETE", "/v1/claims/"+betas[1].ID, nil, 200, nil)
 	h.must(acme, "GET", "/v1/claims/"+small.ID+"?wait=2s&state=pending", nil, 200, &small)
-	h.must(acme, "GET", "/v1/claims/"+whole.ID, nil, 200, &whole)
+	h.must(acme, "GET", "/v1/claims/"+share.ID, nil, 200, &share)
 	if small.State != api.Allocated {
 		t.Fatalf("the small claim did not get the free GPU: %+v", small)
 	}
-	if whole.State != api.Pending || !strings.Contains(whole.Reason, "quota: tenant acme holds 4000 MiB") {
-		t.Fatalf("the whole-GPU claim: %s %q, want pending on its quota", whole.State, whole.Reason)
+	if share.State != api.Pending || !strings.Contains(share.Reason, "quota: tenant acme holds 4000 MiB") {
+		t.Fatalf("the shared claim: %s %q %+v, want pending on its quota", share.State, share.Reason, share.Allocation)
+	}
+}
+
+// A pending exclusive claim that names no memory is charged the whole GPU
+// it will hold, so a tenant cannot queue unbounded whole-GPU claims past
+// its quota; and the queue per tenant is bounded in count (429).
+func TestPendingExclusiveChargedWhatItWillHold(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 30000)
+	beta := h.tenant("beta", 0)
+	h.node("host-a", "l4x4")
+	for range 4 {
+		h.must(beta, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, nil)
+	}
+	var whole api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &whole)
+	if whole.State != api.Pending {
+		t.Fatalf("whole: %s", whole.State)
+	}
+	code, body := h.call(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive))
+	if code != 403 || !strings.Contains(string(body), "quota: tenant acme holds") {
+		t.Fatalf("a second queued whole GPU: %d %s, want 403 on the quota", code, body)
+	}
+	var usage []api.Usage
+	h.must(h.admin, "GET", "/v1/usage", nil, 200, &usage)
+	if err := h.srv.Check(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 
