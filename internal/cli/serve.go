@@ -186,7 +186,7 @@ Without an NVIDIA driver it runs on simulated GPUs and says so.`,
 				return err
 			}
 			if !noAgent {
-				tok, err := agentToken(ctx, srv, store, dataDir)
+				tok, err := agentToken(ctx, srv, store, dataDir, nodeName)
 				if err != nil {
 					return err
 				}
@@ -267,22 +267,24 @@ func bootstrap(ctx context.Context, e *env, srv *server.Server, store state.Stor
 	return srv.EnsureTenant(ctx, "default")
 }
 
-// agentToken reads or makes the local agent's token.
-func agentToken(ctx context.Context, srv *server.Server, store state.Store, dataDir string) (string, error) {
+// agentToken reads or makes the local agent's token, bound to node: an
+// agent credential acts for one node only, so a token left from a run
+// with another --node is replaced.
+func agentToken(ctx context.Context, srv *server.Server, store state.Store, dataDir, node string) (string, error) {
 	path := filepath.Join(dataDir, "agent.token")
 	if b, err := os.ReadFile(path); err == nil {
 		secret := strings.TrimSpace(string(b))
 		ok := false
 		_ = store.View(ctx, func(tx state.Tx) error {
-			_, err := tx.TokenByHash(server.HashToken(secret))
-			ok = err == nil
+			t, err := tx.TokenByHash(server.HashToken(secret))
+			ok = err == nil && t.Node == node
 			return nil
 		})
 		if ok {
 			return secret, nil
 		}
 	}
-	tok, err := srv.CreateToken(ctx, api.RoleAgent, "")
+	tok, err := srv.CreateTokenFor(ctx, api.RoleAgent, "", node)
 	if err != nil {
 		return "", err
 	}

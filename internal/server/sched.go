@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
-	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/state"
 )
 
