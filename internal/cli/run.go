@@ -18,6 +18,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/agent"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/spec"
 )
 
@@ -68,6 +69,12 @@ and releases the claim.`,
 				rc, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				if _, err := cl.Release(rc, claim.ID); err != nil {
+					var ce *client.Error
+					if errors.As(err, &ce) && ce.Status == http.StatusConflict && ce.State == api.Failed {
+						// Its GPU failed under it: over already, nothing to give back.
+						fmt.Fprintf(e.errOut, "gpuslice: claim %s had failed: %s\n", claim.ID, ce.Message)
+						return
+					}
 					fmt.Fprintf(e.errOut, "gpuslice: releasing %s: %v\n", claim.ID, err)
 				}
 			}
