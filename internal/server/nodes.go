@@ -234,8 +234,8 @@ func (srv *Server) adoptInstances(tx state.Tx, n api.Node) error {
 var eventKind = regexp.MustCompile(`^[a-z][a-z0-9-]{0,47}$`)
 
 // checkHeartbeat refuses samples and events no real agent sends:
-// non-finite or negative usage, unknown claims fields, event kinds outside
-// [a-z0-9-], over-long messages.
+// non-finite or negative usage, event kinds outside [a-z0-9-]; it cuts
+// messages to 4 KiB.
 func checkHeartbeat(req *HeartbeatRequest) error {
 	if len(req.Usage) > 10000 || len(req.Events) > 1000 {
 		return errField("usage", "at most 10,000 usage samples and 1,000 events per heartbeat")
@@ -252,7 +252,7 @@ func checkHeartbeat(req *HeartbeatRequest) error {
 			return errField(fmt.Sprintf("events[%d].kind", i), "event kind %q: lowercase letters, digits and '-', starting with a letter, at most 48", e.Kind)
 		}
 		if len(e.Message) > 4096 {
-			return errField(fmt.Sprintf("events[%d].message", i), "at most 4096 bytes")
+			req.Events[i].Message = strings.ToValidUTF8(e.Message[:4096], "") + "…"
 		}
 	}
 	return nil
