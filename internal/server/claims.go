@@ -393,8 +393,10 @@ func (srv *Server) finish(r *http.Request, p principal, to api.ClaimState, reaso
 		if err := srv.writeClaim(tx, &c, string(to), now); err != nil {
 			return err
 		}
-		unmade := false
+		unmade, freed := false, true
 		if was == api.Pending {
+			// Nothing comes free, unless the queue was held for this claim.
+			freed = s.reserved != nil && s.reserved.claim.ID == c.ID
 			s.removePending(c.ID)
 			delete(s.reasons, c.ID)
 			delete(s.nominees, c.ID)
@@ -411,6 +413,9 @@ func (srv *Server) finish(r *http.Request, p principal, to api.ClaimState, reaso
 			if err := srv.rebuildLocked(tx); err != nil {
 				return err
 			}
+		}
+		if !freed {
+			return nil
 		}
 		return srv.retryLocked(tx)
 	})
