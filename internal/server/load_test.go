@@ -52,7 +52,6 @@ func BenchmarkLoad(b *testing.B) {
 			hs := httptest.NewServer(srv.Handler())
 			defer hs.Close()
 			admin, _ := srv.CreateToken(ctx, api.RoleAdmin, "")
-			agentTok, _ := srv.CreateToken(ctx, api.RoleAgent, "")
 			ac, _ := client.New(hs.URL, admin.Secret, nil)
 			for i := 0; i < 8; i++ {
 				if err := ac.Do(ctx, "PUT", fmt.Sprintf("/v1/tenants/t%d", i), api.Tenant{}, nil); err != nil {
@@ -62,6 +61,7 @@ func BenchmarkLoad(b *testing.B) {
 			for n := 0; n < 8; n++ {
 				spec, _ := fake.Preset("dgx-h100")
 				m, _ := fake.New(spec, fake.WithSeed(int64(n+1)))
+				agentTok, _ := srv.CreateTokenFor(ctx, api.RoleAgent, "", fmt.Sprintf("n%d", n))
 				c, _ := client.New(hs.URL, agentTok.Secret, nil)
 				a, _ := agent.New(agent.Config{Name: fmt.Sprintf("n%d", n), Client: c, Device: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 				if err := a.Register(ctx); err != nil {
