@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -520,5 +521,62 @@ func decodeBody(t *testing.T, resp *http.Response, v any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Every credential is tried where it does not belong: a tenant token on
+// another tenant's claims and on agent and admin routes, an agent token on
+// tenant and admin routes and on another node, a deleted token anywhere.
+func TestEveryCredentialStaysInItsPlace(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	beta := h.tenant("beta", 0)
+	h.node("vm", "l4x4")
+	h.node("other", "l4x4")
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c)
+	agentVM := h.agents["vm"]
+	var gone api.Token
+	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &gone)
+	h.must(h.admin, "DELETE", "/v1/tokens/"+gone.ID, nil, 204, nil)
+	reg := server.RegisterRequest{Inventory: alloc.Node{GPUs: []alloc.GPU{}}}
+	for _, tc := range []struct {
+		who, token   string
+		method, path string
+		body         any
+		want         []int
+	}{
+		{"beta", beta, "GET", "/v1/claims/" + c.ID, nil, []int{404}},
+		{"beta", beta, "DELETE", "/v1/claims/" + c.ID, nil, []int{404}},
+		{"beta", beta, "POST", "/v1/claims/" + c.ID + "/running", nil, []int{404}},
+		{"beta", beta, "POST", "/v1/claims/" + c.ID + "/failed", nil, []int{404}},
+		{"beta", beta, "POST", "/v1/claims", server.CreateClaimRequest{Tenant: "acme", ClaimSpec: gpuReq(1, alloc.TimeSlice).ClaimSpec}, []int{422}},
+		{"tenant", acme, "PUT", "/v1/nodes/vm", reg, []int{403}},
+		{"tenant", acme, "POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{}, []int{403}},
+		{"tenant", acme, "GET", "/v1/nodes/vm/claims", nil, []int{403}},
+		{"tenant", acme, "GET", "/v1/tokens", nil, []int{403}},
+		{"tenant", acme, "PUT", "/v1/tenants/acme", api.Tenant{}, []int{403}},
+		{"tenant", acme, "GET", "/metrics", nil, []int{403}},
+		{"agent", agentVM, "GET", "/v1/claims", nil, []int{403}},
+		{"agent", agentVM, "POST", "/v1/claims", gpuReq(1, alloc.TimeSlice), []int{403}},
+		{"agent", agentVM, "DELETE", "/v1/claims/" + c.ID, nil, []int{403}},
+		{"agent", agentVM, "GET", "/v1/events", nil, []int{403}},
+		{"agent", agentVM, "GET", "/v1/nodes/other/claims", nil, []int{403}},
+		{"agent", agentVM, "POST", "/v1/nodes/other/heartbeat", server.HeartbeatRequest{}, []int{403}},
+		{"agent", agentVM, "PUT", "/v1/nodes/other", reg, []int{403}},
+		{"agent", agentVM, "DELETE", "/v1/tokens/" + gone.ID, nil, []int{403}},
+		{"deleted", gone.Secret, "GET", "/v1/claims", nil, []int{401}},
+		{"deleted", gone.Secret, "DELETE", "/v1/claims/" + c.ID, nil, []int{401}},
+		{"none", "", "GET", "/v1/claims", nil, []int{401}},
+		{"garbage", "gs_t_not-a-token", "GET", "/v1/claims", nil, []int{401}},
+	} {
+		code, body := h.call(tc.token, tc.method, tc.path, tc.body)
+		if !slices.Contains(tc.want, code) {
+			t.Errorf("%s token: %s %s: %d %s, want %v", tc.who, tc.method, tc.path, code, body, tc.want)
+		}
+	}
+	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	if c.State != api.Allocated {
+		t.Fatalf("acme's claim is %s after the attempts", c.State)
 	}
 }
