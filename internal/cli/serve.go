@@ -131,6 +131,7 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func serveCmd(e *env) *cobra.Command {
 	var listen, dataDir, storeKind, simulate, nodeName, tlsCert, tlsKey, placement, cdiDir string
 	var nodeTimeout, reserveAfter time.Duration
+	var maxQueued int
 	var noAgent, modeSwitch bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -173,7 +174,7 @@ Without an NVIDIA driver it runs on simulated GPUs and says so.`,
 				policy.AllowModeSwitch = dev.Info().Simulated // harmless on simulated GPUs
 			}
 			srv, err := server.New(ctx, server.Config{Store: store, Log: log, NodeTimeout: nodeTimeout,
-				Simulated: dev.Info().Simulated, Policy: policy, ReserveAfter: reserveAfter})
+				Simulated: dev.Info().Simulated, Policy: policy, ReserveAfter: reserveAfter, MaxQueuedPerTenant: maxQueued})
 			if err != nil {
 				return err
 			}
@@ -241,6 +242,7 @@ Without an NVIDIA driver it runs on simulated GPUs and says so.`,
 	cmd.Flags().StringVar(&placement, "placement", "binpack", "binpack or spread")
 	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 30*time.Second, "mark a node lost after this long without a heartbeat")
 	cmd.Flags().DurationVar(&reserveAfter, "reserve-after", 5*time.Minute, "after a queued claim waits this long, a node is held for it: claims behind it of its priority or lower go elsewhere; negative: always backfill")
+	cmd.Flags().IntVar(&maxQueued, "max-queued", 1000, "most claims a tenant may have waiting; past it a claim that would wait is refused with 429 (negative: no bound)")
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
 	cmd.Flags().BoolVar(&noAgent, "no-agent", false, "run no local node agent (nodes join with gpuslice agent)")
 	cmd.Flags().BoolVar(&modeSwitch, "allow-mode-switch", false, "let the allocator turn MIG on or off on idle GPUs (resets them; default: on for simulated GPUs only)")
