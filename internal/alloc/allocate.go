@@ -341,7 +341,11 @@ func (s *State) assignment(c *Claim, iso Isolation, r *Request, cd cand) *Alloca
 		if pct == 0 {
 			pct = 100
 		}
-		as.MPS = &MPSLimits{ActiveThreadPercent: pct, PinnedMemoryMiB: cd.mem, PipeDirectory: PipeDirectory(as.Device)}
+		// PipeDirectory refuses only ids no validated inventory has
+		// (ValidateInventory); for such an id the directory stays empty,
+		// and neither the agent nor `gpuslice run` uses the device.
+		pipe, _ := PipeDirectory(as.Device)
+		as.MPS = &MPSLimits{ActiveThreadPercent: pct, PinnedMemoryMiB: cd.mem, PipeDirectory: pipe}
 	}
 	a.Devices = []Assigned{as}
 	return a
@@ -355,13 +359,6 @@ func firstFreeSlot(slots uint64) int {
 	}
 	return 63
 }
-
-// pipeNamer makes a device id safe as one path element (immutable).
-var pipeNamer = strings.NewReplacer("/", "_", "@", "_", ":", "_")
-
-// PipeDirectory is the MPS pipe directory of a device: the control daemon,
-// its server and every client of the device use it.
-func PipeDirectory(device string) string { return MPSPipeRoot + "/" + pipeNamer.Replace(device) }
 
 // describe says in words which candidate was taken. It runs on every
 // decision, so it concatenates instead of formatting.
@@ -408,8 +405,10 @@ func processEnv(a *Allocation) map[string]string {
 		total += d.MemoryMiB
 		mem.WriteString(d.Device + "=" + strconv.FormatInt(d.MemoryMiB, 10) + "M")
 		if d.MPS != nil {
-			env["CUDA_MPS_PIPE_DIRECTORY"] = d.MPS.PipeDirectory
-			env["CUDA_MPS_LOG_DIRECTORY"] = d.MPS.PipeDirectory + "/log"
+			if d.MPS.PipeDirectory != "" {
+				env["CUDA_MPS_PIPE_DIRECTORY"] = d.MPS.PipeDirectory
+				env["CUDA_MPS_LOG_DIRECTORY"] = d.MPS.PipeDirectory + "/log"
+			}
 			env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = strconv.Itoa(d.MPS.ActiveThreadPercent)
 			env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = d.Device + "=" + strconv.FormatInt(d.MPS.PinnedMemoryMiB, 10) + "M"
 		}

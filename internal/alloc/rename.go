@@ -3,8 +3,14 @@ package alloc
 // RenameDevice replaces a device id (typically the planned id of a MIG
 // instance, "<gpu>/<profile>@<start>", once the agent reports its real
 // uuid) in the allocation's devices, changes, MPS pipe directories and
-// process environment. It reports whether anything changed.
+// process environment. It reports whether anything changed. It refuses
+// (changes nothing) an id that cannot name an MPS pipe directory (see
+// PipeDirectory): no id a validated inventory reports.
 func (a *Allocation) RenameDevice(old, id string) bool {
+	pipe, err := PipeDirectory(id)
+	if err != nil {
+		return false
+	}
 	changed := false
 	for i := range a.Devices {
 		d := &a.Devices[i]
@@ -13,7 +19,7 @@ func (a *Allocation) RenameDevice(old, id string) bool {
 		}
 		d.Device, changed = id, true
 		if d.MPS != nil {
-			d.MPS.PipeDirectory = PipeDirectory(id)
+			d.MPS.PipeDirectory = pipe
 		}
 	}
 	for i := range a.Changes {

@@ -115,6 +115,12 @@ and releases the claim.`,
 			if n := a.Devices[0].Node; n != hostName() && node == "" {
 				return fmt.Errorf("claim %s was placed on node %s, not this host (%s): run there, or pass --node", claim.ID, n, hostName())
 			}
+			// Only what valid device ids and pipe directories produce
+			// reaches CMD (or the terminal): no newline, NUL or shell
+			// syntax, no pipe directory outside alloc.MPSPipeRoot.
+			if err := alloc.CheckProcessEnv(a.Env); err != nil {
+				return fmt.Errorf("claim %s: refusing to start %s with this environment: %w", claim.ID, args[0], err)
+			}
 			fmt.Fprintf(e.errOut, "gpuslice: %s allocated: %s\n", claim.ID, devicesText(claim))
 			child := exec.Command(args[0], args[1:]...)
 			child.Stdin, child.Stdout, child.Stderr = os.Stdin, e.out, e.errOut

@@ -59,6 +59,14 @@ func onNode(c api.Claim, node string) bool {
 // models, invalid MIG layouts, repeated uuids).
 func checkInventory(name string, inv alloc.Node) error {
 	inv.Name = name
+	// Uuids and free text first: they reach paths, environments and logs.
+	if err := alloc.ValidateInventory(inv); err != nil {
+		var fe *alloc.FieldError
+		if errors.As(err, &fe) {
+			return errField("inventory."+fe.Field, "inventory of node %s: %s: %s", name, fe.Field, fe.Msg)
+		}
+		return errField("inventory", "inventory of node %s: %v", name, err)
+	}
 	if _, err := alloc.NewState(alloc.Fleet{Nodes: []alloc.Node{inv}}, nil, alloc.Options{}); err != nil {
 		return errField("inventory", "inventory of node %s: %v", name, err)
 	}

@@ -156,14 +156,25 @@ func SpecFor(claim api.Claim, node string, host Host) (*specs.Spec, error) {
 				}
 			}
 		}
-		if d.MPS != nil && d.MPS.PipeDirectory != "" &&
-			!slices.ContainsFunc(mounts, func(m *specs.Mount) bool { return m.HostPath == d.MPS.PipeDirectory }) {
+		if d.MPS != nil {
+			// The pipe directory is bind-mounted into the container: only
+			// one of alloc.MPSPipeRoot's, never a path a claim chose.
+			if err := alloc.CheckPipeDirectory(d.MPS.PipeDirectory); err != nil {
+				return nil, fmt.Errorf("claim %s: device %.64q: %w", claim.ID, d.Device, err)
+			}
+		}
+		if d.MPS != nil && !slices.ContainsFunc(mounts, func(m *specs.Mount) bool { return m.HostPath == d.MPS.PipeDirectory }) {
 			mounts = append(mounts, &specs.Mount{HostPath: d.MPS.PipeDirectory, ContainerPath: d.MPS.PipeDirectory,
 				Options: []string{"rbind", "rw", "nosuid", "nodev"}})
 		}
 	}
 	if n == 0 {
 		return nil, fmt.Errorf("claim %s holds no device on node %s", claim.ID, node)
+	}
+	// The environment reaches every process of the container: only what
+	// valid device ids and paths produce (no newline, NUL, '$', quote).
+	if err := alloc.CheckProcessEnv(claim.Allocation.Env); err != nil {
+		return nil, fmt.Errorf("claim %s: environment: %w", claim.ID, err)
 	}
 	edits := specs.ContainerEdits{Env: envList(claim.Allocation.Env), Mounts: mounts}
 	seen := map[string]bool{}
@@ -213,6 +224,17 @@ func envList(env map[string]string) []string {
 
 // FileName is the spec file of a claim in a spec directory.
 func FileName(claimID string) string { return "gpuslice-" + claimID + ".yaml" }
+
+// Path is the spec file of a claim in dir. It refuses a claim id that is
+// not a CDI device name (letters, digits, '_', '-', '.', ':', starting and
+// ending with a letter or digit) or whose file would not be one file of
+// dir (alloc.SafeJoin).
+func Path(dir, claimID string) (string, error) {
+	if err := parser.ValidateDeviceName(claimID); err != nil {
+		return "", fmt.Errorf("claim %.64q: %w", claimID, err)
+	}
+	return alloc.SafeJoin(dir, FileName(claimID))
+}
 
 // claimOf checks a spec is one of ours and returns its claim id.
 func claimOf(spec *specs.Spec) (string, error) {

@@ -49,10 +49,19 @@ func allocated(id string, devs ...alloc.Assigned) api.Claim {
 	return api.Claim{ID: id, Tenant: "acme", State: api.Allocated, Allocation: a}
 }
 
+// pipeDir is alloc.PipeDirectory of an id the test knows is fine.
+func pipeDir(id string) string {
+	p, err := alloc.PipeDirectory(id)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
 func whole(g gpu.GPU, mode alloc.Mode) alloc.Assigned {
 	d := alloc.Assigned{Node: node, GPU: g.UUID, Device: g.UUID, Mode: mode, MemoryMiB: 10240}
 	if mode == alloc.MPS {
-		d.MPS = &alloc.MPSLimits{ActiveThreadPercent: 25, PinnedMemoryMiB: 10240, PipeDirectory: alloc.PipeDirectory(g.UUID)}
+		d.MPS = &alloc.MPSLimits{ActiveThreadPercent: 25, PinnedMemoryMiB: 10240, PipeDirectory: pipeDir(g.UUID)}
 	}
 	return d
 }
@@ -109,7 +118,7 @@ func TestSpecForMPSMountsThePipeDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pipe := alloc.PipeDirectory(h.GPUs[0].UUID)
+	pipe := pipeDir(h.GPUs[0].UUID)
 	want := []*specs.Mount{{HostPath: pipe, ContainerPath: pipe, Options: []string{"rbind", "rw", "nosuid", "nodev"}}}
 	if got := spec.Devices[0].ContainerEdits.Mounts; !reflect.DeepEqual(got, want) {
 		t.Errorf("mounts %+v, want %+v", got, want)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -35,7 +34,10 @@ func write(dir string, spec *specs.Spec) (path string, changed bool, err error) 
 	if err != nil {
 		return "", false, err
 	}
-	path = filepath.Join(dir, FileName(id))
+	path, err = Path(dir, id)
+	if err != nil {
+		return "", false, err
+	}
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return path, false, nil
 	}
@@ -74,8 +76,13 @@ func write(dir string, spec *specs.Spec) (path string, changed bool, err error) 
 }
 
 // Remove deletes a claim's spec from dir (no error when there is none).
+// A claim id Path refuses is an error: nothing outside dir is touched.
 func Remove(dir, claimID string) error {
-	if err := os.Remove(filepath.Join(dir, FileName(claimID))); err != nil && !errors.Is(err, os.ErrNotExist) {
+	path, err := Path(dir, claimID)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
@@ -130,6 +137,9 @@ func Sync(dir string, claims []api.Claim, node string, host Host) (SyncReport, e
 		id := strings.TrimSuffix(strings.TrimPrefix(name, "gpuslice-"), ".yaml")
 		if live[id] {
 			continue
+		}
+		if _, err := Path(dir, id); err != nil {
+			continue // no claim's: Write never makes such a name
 		}
 		if err := Remove(dir, id); err != nil {
 			errs = append(errs, err)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 )
@@ -170,7 +171,7 @@ func (m *Manager) Reconcile(ctx context.Context, want []Daemon) (Report, error) 
 	wanted := map[string]Daemon{}
 	var order []string
 	for _, d := range want {
-		d, err := normalize(d)
+		d, err := m.normalize(d)
 		if err != nil {
 			rep.Failed = append(rep.Failed, Failure{Device: d.Device, Err: err})
 			continue
@@ -331,8 +332,12 @@ func (m *Manager) start(ctx context.Context, w Daemon) error {
 			return fmt.Errorf("setting GPU %d to EXCLUSIVE_PROCESS: %w", w.GPUIndex, err)
 		}
 	}
+	env, err := w.env()
+	if err != nil {
+		return err
+	}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.CommandTimeout)
-	err := m.cfg.Runner.Start(cctx, m.cfg.Binary, []string{"-d"}, w.env())
+	err = m.cfg.Runner.Start(cctx, m.cfg.Binary, []string{"-d"}, env)
 	cancel()
 	if err != nil {
 		return err
@@ -420,8 +425,11 @@ func (m *Manager) stopOrphans(ctx context.Context, wanted map[string]Daemon) (st
 		}
 		dir := filepath.Join(m.cfg.Root, e.Name())
 		rec, err := readRecord(dir)
-		if err != nil || rec == nil {
+		if err != nil || rec == nil || !alloc.ValidDeviceID(rec.Device) {
 			continue // not ours
+		}
+		if rec.LogDir != "" && alloc.Within(m.cfg.Root, rec.LogDir) != nil {
+			rec.LogDir = "" // a record's log directory stays under Root
 		}
 		if cur, ok := m.running[rec.Device]; ok && filepath.Clean(cur.PipeDir) == dir {
 			continue
@@ -467,9 +475,13 @@ func (m *Manager) forgetServers(device string) {
 }
 
 func (m *Manager) send(ctx context.Context, d Daemon, command string) (string, error) {
+	env, err := d.env()
+	if err != nil {
+		return "", err
+	}
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.CommandTimeout)
 	defer cancel()
-	return m.cfg.Runner.Send(cctx, m.cfg.Binary, d.env(), command)
+	return m.cfg.Runner.Send(cctx, m.cfg.Binary, env, command)
 }
 
 // pid reads a pipe directory's pid file.
@@ -516,22 +528,38 @@ func (m *Manager) backoff(device string) time.Time {
 	return r.at
 }
 
-// env is the daemon's (and its control clients') environment.
-func (d Daemon) env() []string {
+// env is the daemon's (and its control clients') environment. It refuses
+// values no valid device id and clean path produce (alloc.CheckEnv): no
+// newline, NUL, space or shell syntax reaches the control binary.
+func (d Daemon) env() ([]string, error) {
+	if err := alloc.CheckEnv(map[string]string{
+		"CUDA_VISIBLE_DEVICES":    d.Device,
+		"CUDA_MPS_PIPE_DIRECTORY": d.PipeDir,
+		"CUDA_MPS_LOG_DIRECTORY":  d.LogDir,
+	}); err != nil {
+		return nil, fmt.Errorf("refusing to run %s: %w", ControlBinary, err)
+	}
 	return []string{
 		"CUDA_VISIBLE_DEVICES=" + d.Device,
 		"CUDA_MPS_PIPE_DIRECTORY=" + d.PipeDir,
 		"CUDA_MPS_LOG_DIRECTORY=" + d.LogDir,
-	}
+	}, nil
 }
 
-// normalize checks a wanted daemon and fills in its log directory.
-func normalize(d Daemon) (Daemon, error) {
+// normalize checks a wanted daemon and fills in its log directory. The
+// device must be a GPU or MIG uuid (alloc.ValidDeviceID) and the pipe
+// directory absolute; with a Root, the pipe directory must be one
+// directory of Root (alloc.SafeJoin) and the log directory inside Root.
+func (m *Manager) normalize(d Daemon) (Daemon, error) {
 	switch {
 	case d.Device == "":
 		return d, errors.New("daemon without a device")
+	case !alloc.ValidDeviceID(d.Device):
+		return d, fmt.Errorf("device %.64q: not a GPU or MIG uuid as NVML writes them", d.Device)
 	case d.PipeDir == "":
 		return d, errors.New("no pipe directory")
+	case !filepath.IsAbs(d.PipeDir):
+		return d, fmt.Errorf("pipe directory %.128q is not an absolute path", d.PipeDir)
 	case !d.MIG && d.GPUIndex < 0:
 		return d, errors.New("GPU index unknown (see Resolve)")
 	case d.DefaultThreadPercent < 0 || d.DefaultThreadPercent > 100:
@@ -541,6 +569,17 @@ func normalize(d Daemon) (Daemon, error) {
 	}
 	d.PipeDir = filepath.Clean(d.PipeDir)
 	d.LogDir = filepath.Clean(cmp.Or(d.LogDir, filepath.Join(d.PipeDir, "log")))
+	if m.cfg.Root != "" {
+		if p, err := alloc.SafeJoin(m.cfg.Root, filepath.Base(d.PipeDir)); err != nil || p != d.PipeDir {
+			return d, fmt.Errorf("pipe directory %.128q is not a directory of %s", d.PipeDir, m.cfg.Root)
+		}
+		if err := alloc.Within(m.cfg.Root, d.LogDir); err != nil {
+			return d, fmt.Errorf("log directory: %w", err)
+		}
+	}
+	if _, err := d.env(); err != nil {
+		return d, err
+	}
 	return d, nil
 }
 

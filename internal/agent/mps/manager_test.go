@@ -436,7 +436,7 @@ func TestReconcileRefusesIncompleteDaemons(t *testing.T) {
 
 func dev(gpuID, device, pipe string) alloc.Assigned {
 	if pipe == "" {
-		pipe = alloc.PipeDirectory(device)
+		pipe = pipeDir(device)
 	}
 	return alloc.Assigned{Node: "n1", GPU: gpuID, Device: device, Mode: alloc.MPS, MemoryMiB: 4096,
 		MPS: &alloc.MPSLimits{ActiveThreadPercent: 25, PinnedMemoryMiB: 4096, PipeDirectory: pipe}}

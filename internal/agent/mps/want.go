@@ -61,11 +61,17 @@ func WantFromClaims(claims []api.Claim, node string) []Daemon {
 			if !ok {
 				pipe := d.MPS.PipeDirectory
 				if pipe == "" {
-					pipe = alloc.PipeDirectory(d.Device)
+					// "" when the id cannot name a directory: Reconcile
+					// then refuses the daemon rather than guess a place.
+					pipe, _ = alloc.PipeDirectory(d.Device)
+				}
+				logDir := ""
+				if pipe != "" {
+					logDir = filepath.Join(pipe, "log")
 				}
 				gpuID := cmp.Or(d.GPU, d.Device)
 				dm = &Daemon{Device: d.Device, GPU: gpuID, GPUIndex: -1, MIG: d.Device != gpuID,
-					PipeDir: pipe, LogDir: filepath.Join(pipe, "log")}
+					PipeDir: pipe, LogDir: logDir}
 				byDevice[d.Device] = dm
 			}
 			if configured[d.Device] {

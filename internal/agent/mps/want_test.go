@@ -11,20 +11,29 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu"
 )
 
+// pipeDir is alloc.PipeDirectory of an id the test knows is fine.
+func pipeDir(id string) string {
+	p, err := alloc.PipeDirectory(id)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
 func TestWantFromClaims(t *testing.T) {
 	const g0, g1, mig0 = "GPU-0000", "GPU-1111", "MIG-aaaa"
 	sharing := func(pct int, mib int64) *alloc.Sharing {
 		return &alloc.Sharing{Mode: alloc.MPS, MaxClients: 4, DefaultThreadPercent: pct, DefaultPinnedMiB: mib}
 	}
 	whole := func(gpuID string) mps.Daemon {
-		p := alloc.PipeDirectory(gpuID)
+		p := pipeDir(gpuID)
 		return mps.Daemon{Device: gpuID, GPU: gpuID, GPUIndex: -1, PipeDir: p, LogDir: p + "/log"}
 	}
 	withDefaults := func(d mps.Daemon, pct int, mib int64) mps.Daemon {
 		d.DefaultThreadPercent, d.DefaultPinnedMiB = pct, mib
 		return d
 	}
-	migD := mps.Daemon{Device: mig0, GPU: g1, GPUIndex: -1, MIG: true, PipeDir: alloc.PipeDirectory(mig0), LogDir: alloc.PipeDirectory(mig0) + "/log"}
+	migD := mps.Daemon{Device: mig0, GPU: g1, GPUIndex: -1, MIG: true, PipeDir: pipeDir(mig0), LogDir: pipeDir(mig0) + "/log"}
 	withChanges := func(c api.Claim, chs ...alloc.Change) api.Claim {
 		c.Allocation.Changes = chs
 		return c
