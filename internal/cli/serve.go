@@ -23,6 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/datadir"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/gpu/nvml"
@@ -140,25 +141,36 @@ func serveCmd(e *env) *cobra.Command {
 on a fresh machine: it listens on 127.0.0.1:7777, keeps a SQLite database (WAL) in the
 data directory, and on first start creates an admin token, written to
 <data-dir>/admin.token (mode 0600) and printed once, and a tenant named "default".
-Without an NVIDIA driver it runs on simulated GPUs and says so.`,
+Without an NVIDIA driver it runs on simulated GPUs and says so.
+
+One server at a time per data directory: it holds a lock on <data-dir>/lock (which
+names its pid) until it exits. It refuses a damaged database, and once admin.token
+exists it refuses a database that is missing or empty instead of starting afresh.`,
 		Example: "  gpuslice serve\n  gpuslice serve --simulate dgx-h100 --listen 0.0.0.0:7777 --tls-cert c.pem --tls-key k.pem",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			if err := os.MkdirAll(dataDir, 0o700); err != nil {
+				return fmt.Errorf("data directory: %w", err)
+			}
+			// One server per data directory, before anything in it is
+			// read or written; held until the process ends.
+			lock, err := datadir.Acquire(dataDir)
+			if err != nil {
+				return err
+			}
+			defer lock.Release()
 			dev, why, err := openDevice(simulate, log)
 			if err != nil {
 				return err
 			}
 			log.Info(why)
-			if err := os.MkdirAll(dataDir, 0o700); err != nil {
-				return fmt.Errorf("data directory: %w", err)
-			}
 			var store state.Store
 			switch storeKind {
 			case "sqlite":
-				db, err := state.OpenSQLite(filepath.Join(dataDir, "gpuslice.db"), state.SQLiteOptions{})
+				db, err := openDatabase(dataDir)
 				if err != nil {
 					return err
 				}
@@ -247,6 +259,27 @@ Without an NVIDIA driver it runs on simulated GPUs and says so.`,
 	cmd.Flags().BoolVar(&noAgent, "no-agent", false, "run no local node agent (nodes join with gpuslice agent)")
 	cmd.Flags().BoolVar(&modeSwitch, "allow-mode-switch", false, "let the allocator turn MIG on or off on idle GPUs (resets them; default: on for simulated GPUs only)")
 	return cmd
+}
+
+// openDatabase opens the data directory's SQLite database. Once bootstrap
+// has written admin.token the database must be there with its schema: a
+// missing or emptied database is refused rather than silently made anew
+// (new admin token, every claim forgotten while its processes still run).
+func openDatabase(dataDir string) (*state.SQLite, error) {
+	dbPath := filepath.Join(dataDir, "gpuslice.db")
+	tokPath := filepath.Join(dataDir, "admin.token")
+	if _, err := os.Lstat(tokPath); errors.Is(err, os.ErrNotExist) {
+		return state.OpenSQLite(dbPath, state.SQLiteOptions{}) // a fresh directory
+	} else if err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	db, err := state.OpenSQLite(dbPath, state.SQLiteOptions{MustExist: true})
+	if errors.Is(err, state.ErrNoSchema) {
+		return nil, fmt.Errorf("refusing to start: %s, but %s exists (this data directory held a database before); "+
+			"restore %s from a backup, or remove %s to start afresh deliberately (a new admin token; every tenant, token and claim is gone)",
+			strings.TrimPrefix(err.Error(), "state: "), tokPath, dbPath, tokPath)
+	}
+	return db, err
 }
 
 // bootstrap creates the admin token and the default tenant on first start.

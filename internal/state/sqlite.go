@@ -35,11 +35,23 @@ type SQLiteOptions struct {
 	QueueLength int
 	// ReadConns is the size of the read connection pool (default 4).
 	ReadConns int
+	// MustExist says the database must already hold a gpuslice schema:
+	// a missing file, an empty one or one without a schema_version table
+	// is refused with ErrNoSchema instead of being created.
+	MustExist bool
 }
 
 // ErrSchemaTooNew is returned by OpenSQLite for a database written by a
 // newer gpuslice (its schema version is above SchemaVersion).
 var ErrSchemaTooNew = errors.New("database schema is newer than this gpuslice supports")
+
+// ErrDamaged is returned by OpenSQLite for a database that fails SQLite's
+// quick_check or that SQLite reports as corrupt or not a database.
+var ErrDamaged = errors.New("database is damaged")
+
+// ErrNoSchema is returned by OpenSQLite with SQLiteOptions.MustExist for a
+// database file that is missing, empty or holds no gpuslice schema.
+var ErrNoSchema = errors.New("database holds no gpuslice schema")
 
 // migrations are the schema steps, in order: migrations[i] takes the schema
 // from version i to version i+1. Never edit a released step; append one.
@@ -148,8 +160,11 @@ type writeResult struct {
 var _ Store = (*SQLite)(nil)
 
 // OpenSQLite opens (creating it with mode 0600 if needed) the database at
-// path, migrates its schema to SchemaVersion and starts the writer. It
-// refuses a database whose schema is newer (ErrSchemaTooNew).
+// path, checks it with SQLite's quick_check, migrates its schema to
+// SchemaVersion and starts the writer. It refuses a damaged database
+// (ErrDamaged), one whose schema is newer (ErrSchemaTooNew) and, with
+// opts.MustExist, one that is missing, empty or has no schema
+// (ErrNoSchema).
 func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 5 * time.Second
@@ -167,13 +182,20 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
 	}
-	// Create the file ourselves so that it is 0600; SQLite gives its -wal
-	// and -shm files the mode of the database file.
-	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("state: %w", err)
+	if opts.MustExist {
+		// Before SQLite sees the path: it would create a missing file.
+		if err := checkExists(abs); err != nil {
+			return nil, err
+		}
+	} else {
+		// Create the file ourselves so that it is 0600; SQLite gives its
+		// -wal and -shm files the mode of the database file.
+		f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("state: %w", err)
+		}
+		f.Close()
 	}
-	f.Close()
 
 	s := &SQLite{
 		path:       abs,
@@ -200,15 +222,25 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	ctx := context.Background()
 	if s.wconn, err = s.wdb.Conn(ctx); err != nil {
 		s.wdb.Close()
-		return nil, fmt.Errorf("state: opening %s: %w", abs, err)
+		return nil, damagedOr(abs, "opening", fmt.Errorf("state: opening %s: %w", abs, err))
 	}
 	if err := s.checkSettings(ctx); err != nil {
 		s.closeConns()
+		return nil, damagedOr(abs, "opening", err)
+	}
+	if err := s.quickCheck(ctx); err != nil {
+		s.closeConns()
 		return nil, err
+	}
+	if opts.MustExist {
+		if err := s.checkSchema(ctx); err != nil {
+			s.closeConns()
+			return nil, damagedOr(abs, "schema check", err)
+		}
 	}
 	if err := s.migrate(ctx); err != nil {
 		s.closeConns()
-		return nil, err
+		return nil, damagedOr(abs, "migration", err)
 	}
 	s.rdb, err = sql.Open("sqlite", dsn(abs, url.Values{
 		"_busy_timeout": {busy},
@@ -227,6 +259,92 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	}
 	go s.writeLoop()
 	return s, nil
+}
+
+// checkExists refuses (ErrNoSchema) a database file that is missing or
+// empty: with SQLiteOptions.MustExist either means the database was lost.
+func checkExists(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("state: %s does not exist: %w", path, ErrNoSchema)
+	case err != nil:
+		return fmt.Errorf("state: %w", err)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("state: %s is not a regular file", path)
+	case fi.Size() == 0:
+		return fmt.Errorf("state: %s is empty (0 bytes): %w", path, ErrNoSchema)
+	}
+	return nil
+}
+
+// checkSchema refuses (ErrNoSchema) a database without a schema_version
+// row: not a gpuslice database, or one whose content was lost.
+func (s *SQLite) checkSchema(ctx context.Context) error {
+	var n int
+	if err := s.wconn.QueryRowContext(ctx,
+		"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").Scan(&n); err != nil {
+		return fmt.Errorf("state: %s: %w", s.path, err)
+	}
+	if n == 1 {
+		var version int
+		err := s.wconn.QueryRowContext(ctx, "SELECT version FROM schema_version WHERE id = 1").Scan(&version)
+		switch {
+		case err == nil && version > 0:
+			return nil
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("state: %s: %w", s.path, err)
+		}
+	}
+	return fmt.Errorf("state: %s has no schema_version table: %w", s.path, ErrNoSchema)
+}
+
+// quickCheck runs SQLite's quick_check (the b-trees and their pages, in
+// time linear in the file's size) and refuses a database that fails it
+// with ErrDamaged: a server on a damaged file would fail some reads and
+// keep writing into it.
+func (s *SQLite) quickCheck(ctx context.Context) error {
+	rows, err := s.wconn.QueryContext(ctx, "PRAGMA quick_check(10)")
+	if err != nil {
+		return damagedOr(s.path, "quick_check", fmt.Errorf("state: quick_check of %s: %w", s.path, err))
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return damagedOr(s.path, "quick_check", fmt.Errorf("state: quick_check of %s: %w", s.path, err))
+		}
+		if line != "ok" {
+			problems = append(problems, line)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return damagedOr(s.path, "quick_check", fmt.Errorf("state: quick_check of %s: %w", s.path, err))
+	}
+	if len(problems) > 0 {
+		return damaged(s.path, "quick_check: "+strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// damaged is the error for a database that must not be used as it is.
+func damaged(path, detail string) error {
+	return fmt.Errorf("state: %s: %w (%s); stop here and restore it from a backup (with its -wal file, if any) rather than start on it", path, ErrDamaged, detail)
+}
+
+// damagedOr turns an error in which SQLite reports a corrupt file or not a
+// database into ErrDamaged (saying at which step), and returns any other
+// error as it is.
+func damagedOr(path, step string, err error) error {
+	var se *sqlite.Error
+	if err == nil || !errors.As(err, &se) {
+		return err
+	}
+	if c := se.Code() & 0xff; c == sqlite3.SQLITE_CORRUPT || c == sqlite3.SQLITE_NOTADB {
+		return damaged(path, step+": "+se.Error())
+	}
+	return err
 }
 
 // dsn is a SQLite URI filename (the path escaped) with driver parameters.
