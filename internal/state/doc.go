@@ -58,9 +58,43 @@
 // new Updates, lets the writer drain the queue, then closes the database.
 // Stats reports updates, batches and the largest batch.
 //
+// # Commit and rollback hooks
+//
+// Tx.OnCommit and Tx.OnRollback let a caller keep state outside the store
+// in step with it. The server needs them because its scheduler keeps the
+// allocator State, the queue and the quota counters in memory and changes
+// them only inside Update functions, under its lock (internal/server/tx.go):
+// the store runs functions one at a time in one order, so memory and store
+// see the same sequence of changes, and every decision is made on the state
+// the earlier ones left, including those whose commit is still in flight
+// in the same batch. When a function's changes are thrown away, memory
+// must not keep them: the server's OnRollback marks the scheduler stale and
+// the next function rebuilds it from the store before deciding anything.
+// OnCommit is for what may happen only once a change is durable: waking
+// waiters, caches read outside transactions, metrics.
+//
+// A function's rollback hooks run once, newest first, before any later
+// function runs and before its Update returns: in its own turn if it
+// fails or panics (the writer then rolls back to its savepoint and goes
+// on), or, when the whole transaction fails (COMMIT, or a statement
+// after which SQLite abandons the transaction, even one the function
+// ignored), those of every function of the batch that ran, newest first,
+// before any caller is answered. Commit hooks run once COMMIT has
+// returned, in the order the functions ran, before their Updates return
+// and before the next transaction's first function. With group commit
+// every function of a batch runs before that batch's COMMIT, so a function
+// does not see the commit hooks of the earlier functions of its own batch
+// (Memory, one transaction per Update, has no such window): what a later
+// function must see is changed inside the function, with an OnRollback to
+// undo it, never in an OnCommit. A View never calls either. Hooks run on
+// the writer goroutine (SQLite) or under the store's lock (Memory): keep
+// them short, and do not call the store from them.
+//
 // Functions given to Update run one at a time (on the writer goroutine, for
-// SQLite): keep them short and do slow work, such as an allocation
-// decision over a large fleet, before calling Update or with a View. Do
-// not call Update or View from inside a transaction's function: a nested
-// Update waits for itself.
+// SQLite): keep them short, since every other Update waits for them, and do
+// slow work that need not see the latest state before calling Update or
+// with a View. (The server does decide allocations inside its functions,
+// because a decision must see every earlier one; BENCHMARKS.md measures
+// what that costs.) Do not call Update or View from inside a transaction's
+// function: a nested Update waits for itself.
 package state

@@ -68,6 +68,11 @@ func TestContract(t *testing.T) {
 		{"Close", testClose},
 		{"ConcurrentCreate", testConcurrentCreate},
 		{"ConcurrentFailures", testConcurrentFailures},
+		{"HooksCommit", testHooksCommit},
+		{"HooksRollback", testHooksRollback},
+		{"HooksPanic", testHooksPanic},
+		{"HooksView", testHooksView},
+		{"HooksConcurrent", testHooksConcurrent},
 	}
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
