@@ -161,16 +161,8 @@ func (srv *Server) validateClaim(c *api.Claim) error {
 	return nil
 }
 
-// quotaRoom says whether the tenant's live and queued claims (see charge)
+// quotaRoomOf says whether tenant t's live and queued claims (see charge)
 // leave room for u more; the caller holds the scheduler lock.
-func (srv *Server) quotaRoom(tenant string, u tenantUse) error {
-	t, ok := srv.cache.tenant(tenant)
-	if !ok {
-		return nil // deleted meanwhile; admission refuses new claims
-	}
-	return srv.quotaRoomOf(t, u)
-}
-
 func (srv *Server) quotaRoomOf(t api.Tenant, u tenantUse) error {
 	cur := srv.sched.use[t.Name]
 	if t.MemoryMiB > 0 && u.mem > 0 && cur.mem+u.mem > t.MemoryMiB {

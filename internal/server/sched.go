@@ -490,7 +490,14 @@ func (srv *Server) retryLocked(tx state.Tx) error {
 		done.State, done.Allocation, done.Reason = api.Allocated, a, ""
 		held := s.charge(c)
 		more := s.charge(&done).sub(held)
-		if err := srv.quotaRoom(c.Tenant, more); err != nil {
+		// The tenant as this transaction sees it: a quota changed earlier
+		// in the same batch is not in the cache yet (the cache follows
+		// commits).
+		t, err := tx.GetTenant(c.Tenant)
+		if err != nil && !errors.Is(err, state.ErrNotFound) {
+			return err
+		}
+		if err := srv.quotaRoomOf(t, more); err != nil {
 			s.reasons[c.ID] = err.Error()
 			continue
 		}

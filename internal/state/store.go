@@ -89,8 +89,10 @@ type Tx interface {
 
 	// OnCommit registers f to run once the transaction that holds this
 	// function's changes has committed (durably, for a durable backend),
-	// before Update returns and before any later Update's function runs.
-	// In a View it is never called.
+	// before Update returns. With group commit, later functions of the
+	// same batch run before it (they share the one COMMIT): anything a
+	// later function must see has to change inside the function itself,
+	// with an OnRollback hook to undo it. In a View it is never called.
 	OnCommit(f func())
 	// OnRollback registers f to run when this function's changes are
 	// thrown away: the function failed or panicked, or the transaction it
