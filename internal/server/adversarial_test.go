@@ -580,3 +580,31 @@ func TestEveryCredentialStaysInItsPlace(t *testing.T) {
 		t.Fatalf("acme's claim is %s after the attempts", c.State)
 	}
 }
+
+// Whole-GPU claims queued before any node registered were charged
+// nothing then (no GPU to price them at); once GPUs arrive, the queue is
+// placed only as far as the quota allows what the tenant holds.
+func TestClaimsQueuedBeforeTheFleetHonourTheQuota(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 30000) // more than one L4, less than two
+	for range 3 {
+		h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, nil)
+	}
+	h.node("host-a", "l4x4")
+	if err := h.srv.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var held []api.Claim
+	h.must(acme, "GET", "/v1/claims?state=allocated", nil, 200, &held)
+	if len(held) != 1 {
+		t.Fatalf("%d whole L4s allocated under a 30000 MiB quota, want 1", len(held))
+	}
+	var usage []api.Usage
+	h.must(acme, "GET", "/v1/usage", nil, 200, &usage)
+	if usage[0].MemoryMiB > 30000 {
+		t.Fatalf("acme holds %d MiB over its quota", usage[0].MemoryMiB)
+	}
+	if err := h.srv.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

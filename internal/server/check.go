@@ -38,12 +38,13 @@ func (srv *Server) Check(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("allocator: %w", err))
 	}
 	held := s.st.Allocations()
-	want := map[string]tenantUse{}
+	want, wantHeld := map[string]tenantUse{}, map[string]tenantUse{}
 	stored := map[string]bool{}
 	for i := range live {
 		c := &live[i]
 		stored[c.ID] = true
-		addTo(want, c.Tenant, s.charge(c))
+		addTo(want, c.Tenant, s.charge(c), 1)
+		addTo(wantHeld, c.Tenant, s.charge(c), 1)
 		a, ok := held[c.ID]
 		switch {
 		case !ok:
@@ -63,7 +64,7 @@ func (srv *Server) Check(ctx context.Context) error {
 	}
 	for i := range pend {
 		c := &pend[i]
-		addTo(want, c.Tenant, s.charge(c))
+		addTo(want, c.Tenant, s.charge(c), 1)
 		if !queued[c.ID] {
 			errs = append(errs, fmt.Errorf("claim %s is pending in the store but not queued", c.ID))
 		}
@@ -75,6 +76,11 @@ func (srv *Server) Check(ctx context.Context) error {
 	for _, t := range slices.Sorted(maps.Keys(mergeKeys(want, s.use))) {
 		if want[t] != s.use[t] {
 			errs = append(errs, fmt.Errorf("tenant %s: quota counters say %s, the claims %s", t, describeUse(s.use[t]), describeUse(want[t])))
+		}
+	}
+	for _, t := range slices.Sorted(maps.Keys(mergeKeys(wantHeld, s.held))) {
+		if wantHeld[t] != s.held[t] {
+			errs = append(errs, fmt.Errorf("tenant %s: held counters say %s, the allocated claims %s", t, describeUse(s.held[t]), describeUse(wantHeld[t])))
 		}
 	}
 	return errors.Join(errs...)
@@ -91,10 +97,14 @@ func (srv *Server) Tick(ctx context.Context) error {
 	return nil
 }
 
-func addTo(m map[string]tenantUse, tenant string, u tenantUse) {
+func addTo(m map[string]tenantUse, tenant string, u tenantUse, sign int) {
 	cur := m[tenant]
-	cur.mem += u.mem
-	cur.comp += u.comp
+	cur.mem += int64(sign) * u.mem
+	cur.comp += sign * u.comp
+	if cur == (tenantUse{}) {
+		delete(m, tenant)
+		return
+	}
 	m[tenant] = cur
 }
 

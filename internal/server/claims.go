@@ -73,7 +73,7 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 		// an exclusive claim with no memory): that is what the quota counts.
 		got := *c
 		got.State, got.Allocation = api.Allocated, a
-		if err := srv.quotaRoomOf(t, s.charge(&got)); err != nil {
+		if err := srv.quotaRoomOf(t, s.use[t.Name], s.charge(&got)); err != nil {
 			var he *httpError
 			if errors.As(err, &he) {
 				he.msg += fmt.Sprintf(" (the allocation found gives %s; ask for less, or for a shared mode)", describeUse(given(a)))
@@ -83,7 +83,7 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 	} else {
 		// It waits: charged at least what it will hold, within a bounded
 		// queue.
-		if err := srv.quotaRoomOf(t, s.charge(c)); err != nil {
+		if err := srv.quotaRoomOf(t, s.use[t.Name], s.charge(c)); err != nil {
 			return err
 		}
 		if limit := srv.cfg.MaxQueuedPerTenant; limit > 0 && s.queued[c.Tenant] >= limit {
@@ -105,7 +105,7 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 	if err := tx.AppendEvent(&ev); err != nil {
 		return err
 	}
-	s.addUse(c.Tenant, s.charge(c), 1)
+	s.account(c, 1)
 	if c.State == api.Pending {
 		cc := *c
 		s.insertPending(&cc)
@@ -161,10 +161,9 @@ func (srv *Server) validateClaim(c *api.Claim) error {
 	return nil
 }
 
-// quotaRoomOf says whether tenant t's live and queued claims (see charge)
-// leave room for u more; the caller holds the scheduler lock.
-func (srv *Server) quotaRoomOf(t api.Tenant, u tenantUse) error {
-	cur := srv.sched.use[t.Name]
+// quotaRoomOf says whether tenant t's quota has room for u more on top of
+// cur (what its claims are charged: see scheduler.use and held).
+func (srv *Server) quotaRoomOf(t api.Tenant, cur, u tenantUse) error {
 	if t.MemoryMiB > 0 && u.mem > 0 && cur.mem+u.mem > t.MemoryMiB {
 		return errStatus(http.StatusForbidden, "quota: tenant %s holds %d MiB of GPU memory and needs %d more; its quota is %d MiB", t.Name, cur.mem, u.mem, t.MemoryMiB)
 	}
@@ -379,7 +378,7 @@ func (srv *Server) finish(r *http.Request, p principal, to api.ClaimState, reaso
 			}
 			return conflict(&c, "claim %s is already %s; it cannot become %s", c.ID, c.State, to)
 		}
-		was, held := c.State, s.charge(&c)
+		was, before := c.State, c
 		c.State, c.Reason = to, reason
 		now := srv.cfg.Clock()
 		if err := srv.writeClaim(tx, &c, string(to), now); err != nil {
@@ -399,7 +398,7 @@ func (srv *Server) finish(r *http.Request, p principal, to api.ClaimState, reaso
 				unmade = true
 			}
 		}
-		s.addUse(c.Tenant, held, -1)
+		s.account(&before, -1)
 		out = c
 		if unmade {
 			if err := srv.rebuildLocked(tx); err != nil {

@@ -40,9 +40,13 @@ type scheduler struct {
 	// notify is closed (and replaced) whenever a transaction commits,
 	// waking long polls and event streams.
 	notify chan struct{}
-	// use is what each tenant's live claims are charged, for quotas (see
-	// charge).
-	use map[string]tenantUse
+	// use is what each tenant's live and queued claims are charged (see
+	// charge): a new claim must fit the quota on top of it. held is the
+	// part of it allocated or running claims hold: a queued claim is
+	// placed when it fits the quota on top of held (the queue's charges
+	// can exceed a quota after the fleet changed, and must not stop the
+	// queue from moving).
+	use, held map[string]tenantUse
 	// reserved is the starving head of the queue that later claims of its
 	// priority or lower must not overtake (nil when the queue backfills);
 	// nominees remembers, per claim until the fleet changes, whether it
@@ -71,7 +75,7 @@ type tenantUse struct {
 
 func newScheduler() *scheduler {
 	return &scheduler{reasons: map[string]string{}, kick: make(chan struct{}, 1), notify: make(chan struct{}),
-		use: map[string]tenantUse{}, nominees: map[string]nominee{}, queued: map[string]int{}}
+		use: map[string]tenantUse{}, held: map[string]tenantUse{}, nominees: map[string]nominee{}, queued: map[string]int{}}
 }
 
 // waitChan returns a channel closed at the next change.
@@ -148,20 +152,14 @@ func (s *scheduler) charge(c *api.Claim) tenantUse {
 	return u
 }
 
-// sub returns u - v.
-func (u tenantUse) sub(v tenantUse) tenantUse {
-	return tenantUse{mem: u.mem - v.mem, comp: u.comp - v.comp}
-}
-
-func (s *scheduler) addUse(tenant string, u tenantUse, sign int) {
-	cur := s.use[tenant]
-	cur.mem += int64(sign) * u.mem
-	cur.comp += sign * u.comp
-	if cur == (tenantUse{}) {
-		delete(s.use, tenant)
-		return
+// account adds (sign 1) or takes away (sign -1) what a claim in its
+// current state is charged: to use always, to held when it holds devices.
+func (s *scheduler) account(c *api.Claim, sign int) {
+	u := s.charge(c)
+	addTo(s.use, c.Tenant, u, sign)
+	if c.State == api.Allocated || c.State == api.Running {
+		addTo(s.held, c.Tenant, u, sign)
 	}
-	s.use[tenant] = cur
 }
 
 // allocClaim is the allocator's view of an API claim.
@@ -294,13 +292,13 @@ func (srv *Server) rebuildLocked(tx state.Tx) error {
 	s.st, s.reported, s.minGPUMiB, s.stale = st, f, minMiB, false
 	s.nominees, s.reserved = map[string]nominee{}, nil // a new fleet
 	s.pending, s.queued = nil, map[string]int{}
-	s.use = map[string]tenantUse{}
+	s.use, s.held = map[string]tenantUse{}, map[string]tenantUse{}
 	keep := map[string]string{}
 	for i := range pend {
 		c := pend[i]
 		s.pending = append(s.pending, &c)
 		s.queued[c.Tenant]++
-		s.addUse(c.Tenant, s.charge(&c), 1)
+		s.account(&c, 1)
 		if why, ok := s.reasons[c.ID]; ok {
 			keep[c.ID] = why
 		}
@@ -310,7 +308,7 @@ func (srv *Server) rebuildLocked(tx state.Tx) error {
 		c := &live[i]
 		if c.State == api.Allocated || c.State == api.Running {
 			if _, ok := st.Allocations()[c.ID]; ok {
-				s.addUse(c.Tenant, s.charge(c), 1)
+				s.account(c, 1)
 			}
 		}
 	}
@@ -488,8 +486,6 @@ func (srv *Server) retryLocked(tx state.Tx) error {
 		}
 		done := *c
 		done.State, done.Allocation, done.Reason = api.Allocated, a, ""
-		held := s.charge(c)
-		more := s.charge(&done).sub(held)
 		// The tenant as this transaction sees it: a quota changed earlier
 		// in the same batch is not in the cache yet (the cache follows
 		// commits).
@@ -497,7 +493,7 @@ func (srv *Server) retryLocked(tx state.Tx) error {
 		if err != nil && !errors.Is(err, state.ErrNotFound) {
 			return err
 		}
-		if err := srv.quotaRoomOf(t, more); err != nil {
+		if err := srv.quotaRoomOf(t, s.held[c.Tenant], s.charge(&done)); err != nil {
 			s.reasons[c.ID] = err.Error()
 			continue
 		}
@@ -508,7 +504,8 @@ func (srv *Server) retryLocked(tx state.Tx) error {
 		if err := srv.writeClaim(tx, &done, "allocated", now); err != nil {
 			return err
 		}
-		s.addUse(c.Tenant, more, 1)
+		s.account(c, -1)
+		s.account(&done, 1)
 		s.removePending(c.ID)
 		delete(s.reasons, c.ID)
 		delete(s.nominees, c.ID)
