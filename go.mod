@@ -7,6 +7,7 @@ require (
 	github.com/NVIDIA/k8s-device-plugin v0.19.0
 	github.com/NVIDIA/mig-parted v0.10.0
 	github.com/agnivade/levenshtein v1.2.2
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/google/cel-go v0.29.2
 	github.com/prometheus/client_golang v1.24.0
