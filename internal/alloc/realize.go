@@ -1,6 +1,10 @@
 package alloc
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"sort"
+)
 
 // Realize returns the layout changes that make this state hold a's devices,
 // derived from the devices themselves rather than from the changes a was
@@ -118,4 +122,86 @@ func createdBy(a *Allocation, id string) bool {
 		}
 	}
 	return false
+}
+
+// Restore applies live allocations to a state built from a reported fleet
+// (a control plane's rebuild, after a restart or an inventory change),
+// each with the changes Realize finds for it. It returns, per claim, the
+// allocation as applied (its Changes realized) or the error that kept it
+// out. Order does not depend on the caller's: allocations whose changes
+// configure a device's sharing go first, since configuring needs the
+// device idle; and a shared device no live allocation configures (the
+// claim that opened it is gone) is sized so that every live claim's slot
+// on it fits, instead of the fleet's defaults.
+func (s *State) Restore(as []*Allocation) (applied map[string]*Allocation, failed map[string]error) {
+	applied, failed = map[string]*Allocation{}, map[string]error{}
+	order := slices.Clone(as)
+	sort.SliceStable(order, func(i, j int) bool { return configures(order[i]) && !configures(order[j]) })
+	slots := map[string]int{} // shared device -> slots its live claims need
+	for _, a := range as {
+		for _, d := range a.Devices {
+			if d.Mode == TimeSlice || d.Mode == MPS {
+				slots[d.Device] = max(slots[d.Device], d.Slot+1)
+			}
+		}
+	}
+	for _, a := range order {
+		rest := *a
+		changes, err := s.Realize(&rest)
+		if err == nil {
+			rest.Changes = s.sizeShared(&rest, changes, slots)
+			err = s.Apply(&rest)
+		}
+		if err != nil {
+			failed[a.Claim] = err
+			continue
+		}
+		applied[a.Claim] = &rest
+	}
+	return applied, failed
+}
+
+func configures(a *Allocation) bool {
+	for _, ch := range a.Changes {
+		if ch.Kind == ConfigureShare {
+			return true
+		}
+	}
+	return false
+}
+
+// sizeShared adds a configure-sharing change for each existing shared
+// device of a that is idle and dynamic here and that no change of a
+// configures, when the fleet's defaults would give it fewer slots than its
+// live claims use.
+func (s *State) sizeShared(a *Allocation, changes []Change, slots map[string]int) []Change {
+	set := map[string]bool{}
+	for _, ch := range changes {
+		if ch.Kind == ConfigureShare {
+			set[ch.Device] = true
+		}
+	}
+	for _, d := range a.Devices {
+		if d.Mode != TimeSlice && d.Mode != MPS || set[d.Device] {
+			continue
+		}
+		di, ok := s.byUUID[d.Device]
+		if !ok || di < 0 || !s.devs[di].alive || !s.devs[di].idle() || normMode(s.devs[di].sharing.Mode) != Dynamic {
+			continue
+		}
+		dev := &s.devs[di]
+		sh := s.shareFor(d.Mode, dev.compute, dev.sharing)
+		need := slots[d.Device]
+		if slotLimit(sh) >= need {
+			continue
+		}
+		if d.Mode == TimeSlice {
+			sh.Replicas = need
+		} else {
+			sh.MaxClients = min(need, MaxMPSClients)
+		}
+		changes = append(changes, Change{Kind: ConfigureShare, Node: d.Node, GPU: d.GPU, Device: d.Device, Sharing: &sh})
+		set[d.Device] = true
+	}
+	return changes
 }

@@ -235,7 +235,7 @@ func (srv *Server) rebuildLocked(tx state.Tx) error {
 		return fmt.Errorf("building the fleet from agent inventories: %w", err)
 	}
 	now := srv.cfg.Clock()
-	var requeue, failed []api.Claim
+	var requeue, failed, fit []api.Claim
 	for _, c := range live {
 		a := c.Allocation
 		if a == nil || !onReadyNodes(a, ready) {
@@ -255,22 +255,24 @@ func (srv *Server) rebuildLocked(tx state.Tx) error {
 			}
 			continue
 		}
-		rest := *a
-		changes, err := st.Realize(&rest)
-		if err == nil {
-			rest.Changes = changes
-			err = st.Apply(&rest)
-		}
-		if err != nil {
+		fit = append(fit, c)
+	}
+	allocs := make([]*alloc.Allocation, len(fit))
+	for i := range fit {
+		allocs[i] = fit[i].Allocation
+	}
+	applied, misfit := st.Restore(allocs)
+	for _, c := range fit {
+		if err := misfit[c.ID]; err != nil {
 			srv.log.Warn("allocation no longer fits the reported fleet; re-queueing", "claim", c.ID, "err", err)
 			c.Reason = "re-queued: its allocation no longer fits its node as reported: " + err.Error()
 			requeue = append(requeue, c)
 			continue
 		}
-		if needsMore(a.Changes, changes) {
+		if rest := applied[c.ID]; needsMore(c.Allocation.Changes, rest.Changes) {
 			// The set-up another claim was to make is gone with it: this
 			// claim's own changes now carry it, for the agent to make.
-			c.Allocation = &rest
+			c.Allocation = rest
 			if err := srv.writeClaim(tx, &c, "replanned", now); err != nil {
 				return err
 			}

@@ -1,0 +1,114 @@
+package alloc
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// A control plane that restarts before its agents made any layout change
+// rebuilds from the reported fleet and its live allocations, in whatever
+// order its store lists them: every one of them must come back (Restore),
+// and the rules hold (Check). Allocations are decided on the same fleet
+// with random allocate/release sequences, as the server makes them.
+func TestRestoreBringsBackEveryLiveAllocation(t *testing.T) {
+	for seed := range uint64(150) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		fleet := randomFleet(rng)
+		s, err := NewState(fleet, nil, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var live []string
+		for i := range 120 {
+			if len(live) > 0 && rng.IntN(3) == 0 {
+				k := rng.IntN(len(live))
+				if err := s.Release(live[k]); err != nil {
+					t.Fatal(err)
+				}
+				live = append(live[:k], live[k+1:]...)
+				continue
+			}
+			a, err := s.Allocate(randomClaim(rng, i))
+			if err != nil {
+				continue
+			}
+			if err := s.Apply(a); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			live = append(live, a.Claim)
+		}
+		var as []*Allocation
+		for _, id := range live {
+			as = append(as, s.allocs[id])
+		}
+		rng.Shuffle(len(as), func(i, j int) { as[i], as[j] = as[j], as[i] })
+		fresh, err := NewState(fleet, nil, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		applied, failed := fresh.Restore(as)
+		for id, err := range failed {
+			t.Errorf("seed %d: claim %s did not come back: %v", seed, id, err)
+		}
+		if len(applied) != len(as) {
+			t.Errorf("seed %d: %d of %d allocations restored", seed, len(applied), len(as))
+		}
+		if err := fresh.Check(); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// The claim that opened a shared device is gone; a claim on a high slot
+// stays. Rebuilt on the reported (dynamic) device, the device is sized so
+// that slot fits instead of the fleet's default replicas.
+func TestRestoreSizesASharedDeviceItsOpenerLeft(t *testing.T) {
+	fleet := Fleet{Policy: Policy{DefaultReplicas: 2}, Nodes: []Node{gpuNode("n0", "L4", 1)}}
+	s, err := NewState(fleet, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var as []*Allocation
+	for i := range 2 {
+		a, err := s.Allocate(&Claim{Name: fmt.Sprintf("c%d", i), Tenant: "t", Requests: []Request{{Name: "gpu", Mode: TimeSlice, MemoryMiB: 1000}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Apply(a); err != nil {
+			t.Fatal(err)
+		}
+		as = append(as, a)
+	}
+	// c1 (slot 1) alone, on a fleet whose default is 2 replicas: fits.
+	// With the opener's sizing gone and a default of 1, it must be sized.
+	fleet.Policy.DefaultReplicas = 1
+	fresh, err := NewState(fleet, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, failed := fresh.Restore(as[1:])
+	if len(failed) > 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	if !hasKind(applied["c1"].Changes, ConfigureShare) {
+		t.Fatalf("no sizing change: %+v", applied["c1"].Changes)
+	}
+	// Opener after joiner in the caller's order: still both back.
+	fresh, _ = NewState(Fleet{Policy: Policy{DefaultReplicas: 2}, Nodes: fleet.Nodes}, nil, Options{})
+	if _, failed := fresh.Restore([]*Allocation{as[1], as[0]}); len(failed) > 0 {
+		t.Fatalf("joiner listed first: %v", failed)
+	}
+}
+
+func hasKind(cs []Change, k ChangeKind) bool {
+	for _, c := range cs {
+		if c.Kind == k {
+			return true
+		}
+	}
+	return false
+}
