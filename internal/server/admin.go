@@ -22,15 +22,7 @@ func mustJSON(v any) string {
 }
 
 func (srv *Server) listTenants(w http.ResponseWriter, r *http.Request, p principal) {
-	pg, err := pageOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	readList(srv, w, r, func(tx state.Tx) ([]api.Tenant, error) {
-		ts, err := tx.ListTenants()
-		return pageByName(w, pg, ts, func(t api.Tenant) string { return t.Name }), err
-	})
+	readPageByName(srv, w, r, state.Tx.ListTenants, func(t api.Tenant) string { return t.Name })
 }
 
 // putTenant creates or updates a tenant (its quotas).
@@ -181,15 +173,7 @@ func (srv *Server) createToken(w http.ResponseWriter, r *http.Request, p princip
 }
 
 func (srv *Server) listTokens(w http.ResponseWriter, r *http.Request, p principal) {
-	pg, err := pageOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	readList(srv, w, r, func(tx state.Tx) ([]api.Token, error) {
-		ts, err := tx.ListTokens()
-		return pageByName(w, pg, ts, func(t api.Token) string { return t.ID }), err
-	})
+	readPageByName(srv, w, r, state.Tx.ListTokens, func(t api.Token) string { return t.ID })
 }
 
 func (srv *Server) deleteToken(w http.ResponseWriter, r *http.Request, p principal) {

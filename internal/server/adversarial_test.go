@@ -608,3 +608,44 @@ func TestClaimsQueuedBeforeTheFleetHonourTheQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Lists sorted by name page the same way: tenants, tokens and nodes.
+func TestListsByNamePaginate(t *testing.T) {
+	h := newHarness(t, nil)
+	for i := range 7 {
+		h.tenant(fmt.Sprintf("t%d", i), 0) // a tenant and its token each
+	}
+	h.node("a", "t4")
+	h.node("b", "t4")
+	h.node("c", "t4")
+	for _, tc := range []struct {
+		path string
+		want int
+	}{{"/v1/tenants", 7}, {"/v1/tokens", 7 + 3 + 1}, {"/v1/nodes", 3}} {
+		seen, after, pages := map[string]bool{}, "", 0
+		for {
+			req, _ := http.NewRequest("GET", h.http.URL+tc.path+"?limit=2&after="+after, nil)
+			req.Header.Set("Authorization", "Bearer "+h.admin)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var page []map[string]any
+			decodeBody(t, resp, &page)
+			pages++
+			for _, item := range page {
+				key := fmt.Sprint(item["name"], item["id"])
+				if seen[key] {
+					t.Fatalf("%s: %s twice", tc.path, key)
+				}
+				seen[key] = true
+			}
+			if after = resp.Header.Get(server.NextCursorHeader); after == "" {
+				break
+			}
+		}
+		if len(seen) != tc.want || pages != (tc.want+1)/2 {
+			t.Fatalf("%s: %d items in %d pages, want %d", tc.path, len(seen), pages, tc.want)
+		}
+	}
+}

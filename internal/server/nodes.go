@@ -422,15 +422,7 @@ func (srv *Server) nodeClaims(w http.ResponseWriter, r *http.Request, p principa
 }
 
 func (srv *Server) listNodes(w http.ResponseWriter, r *http.Request, p principal) {
-	pg, err := pageOf(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	readList(srv, w, r, func(tx state.Tx) ([]api.Node, error) {
-		ns, err := tx.ListNodes()
-		return pageByName(w, pg, ns, func(n api.Node) string { return n.Name }), err
-	})
+	readPageByName(srv, w, r, state.Tx.ListNodes, func(n api.Node) string { return n.Name })
 }
 
 func (srv *Server) getNode(w http.ResponseWriter, r *http.Request, p principal) {

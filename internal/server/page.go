@@ -3,6 +3,8 @@ package server
 import (
 	"net/http"
 	"strconv"
+
+	"github.com/gpuslice/gpuslice/internal/state"
 )
 
 // NextCursorHeader carries the cursor of the next page of a list: pass it
@@ -52,4 +54,19 @@ func pageByName[T any](w http.ResponseWriter, pg page, items []T, name func(T) s
 		w.Header().Set(NextCursorHeader, name(items[len(items)-1]))
 	}
 	return items
+}
+
+// readPageByName answers one page of a list sorted by name (nodes,
+// tenants, tokens): read in one read-only transaction, cut by ?after= and
+// ?limit=.
+func readPageByName[T any](srv *Server, w http.ResponseWriter, r *http.Request, read func(tx state.Tx) ([]T, error), name func(T) string) {
+	pg, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	readList(srv, w, r, func(tx state.Tx) ([]T, error) {
+		items, err := read(tx)
+		return pageByName(w, pg, items, name), err
+	})
 }
