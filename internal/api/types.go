@@ -75,6 +75,10 @@ type ClaimSpec struct {
 	// unhealthy: fail (default; the process met the fault) or requeue.
 	// Claims that are only allocated are always re-queued.
 	FaultPolicy string `json:"faultPolicy,omitempty"`
+	// WaitForNodes queues a claim that no registered node could ever
+	// hold (even empty), for nodes that may join. Without it such a claim
+	// is refused at once (422), saying why.
+	WaitForNodes bool `json:"waitForNodes,omitempty"`
 }
 
 // Claim is a request and its state.

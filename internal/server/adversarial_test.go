@@ -649,3 +649,43 @@ func TestListsByNamePaginate(t *testing.T) {
 		}
 	}
 }
+
+// A claim no registered node could ever hold, even empty, is refused at
+// once with why and the largest GPU, instead of waiting forever behind a
+// reason that reads like a busy fleet; asked to, it waits for nodes that
+// may join; with no node registered yet, it waits.
+func TestClaimThatCanNeverFitIsRefused(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	var early api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(500*1024, alloc.TimeSlice), 201, &early)
+	if early.State != api.Pending {
+		t.Fatalf("with no node yet: %s", early.State)
+	}
+	h.node("vm", "dgx-a100")
+	for _, req := range []server.CreateClaimRequest{
+		gpuReq(500*1024, alloc.TimeSlice),
+		{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: "7g.80gb"}}}},
+		{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.Exclusive, Selector: "device.attributes['gpu.nvidia.com'].model == 'H100-80GB-SXM'"}}}},
+	} {
+		code, body := h.call(acme, "POST", "/v1/claims", req)
+		if code != 422 || !strings.Contains(string(body), "can never fit") || !strings.Contains(string(body), "largest GPU here has 40960 MiB") {
+			t.Fatalf("%+v: %d %s, want 422 saying it can never fit", req.Requests[0], code, body)
+		}
+		req.WaitForNodes = true
+		var c api.Claim
+		h.must(acme, "POST", "/v1/claims", req, 201, &c)
+		if c.State != api.Pending {
+			t.Fatalf("waiting for nodes: %s", c.State)
+		}
+	}
+	// A claim that only waits for capacity is still queued.
+	for range 8 {
+		h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, nil)
+	}
+	var busy api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &busy)
+	if busy.State != api.Pending {
+		t.Fatalf("a ninth whole A100 on a DGX of eight: %s", busy.State)
+	}
+}

@@ -81,6 +81,9 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 			return err
 		}
 	} else {
+		if why := s.neverFits(c); why != "" && !c.Spec.WaitForNodes {
+			return errStatus(http.StatusUnprocessableEntity, "this claim can never fit the registered nodes, even empty: %s (the largest GPU here has %d MiB); ask for less, or pass waitForNodes (gpuslice run --wait-for-nodes) to queue it for nodes that may join", why, s.maxGPUMiB())
+		}
 		// It waits: charged at least what it will hold, within a bounded
 		// queue.
 		if err := srv.quotaRoomOf(t, s.use[t.Name], s.charge(c)); err != nil {

@@ -26,6 +26,10 @@ type scheduler struct {
 	st *alloc.State
 	// reported is the fleet as the agents last reported it (ready nodes).
 	reported alloc.Fleet
+	// ever is every registered node (lost ones too), empty and healthy:
+	// what a claim could get if everything came back and freed up. A claim
+	// it cannot hold can never fit this fleet. nil with no nodes.
+	ever *alloc.State
 	// minGPUMiB is the smallest whole GPU's memory in the fleet: what a
 	// pending exclusive claim that names no memory is charged.
 	minGPUMiB int64
@@ -234,6 +238,7 @@ func (srv *Server) rebuildLocked(tx state.Tx) error {
 	if err != nil {
 		return fmt.Errorf("building the fleet from agent inventories: %w", err)
 	}
+	s.ever = everFleet(nodes, f.Policy)
 	now := srv.cfg.Clock()
 	var requeue, failed, fit []api.Claim
 	for _, c := range live {
@@ -317,6 +322,44 @@ func (srv *Server) rebuildLocked(tx state.Tx) error {
 	s.sortPending()
 	s.poke()
 	return nil
+}
+
+// everFleet is every registered node, all GPUs healthy, nothing
+// allocated (nil when there is no node, or the inventories do not make a
+// fleet together).
+func everFleet(nodes []api.Node, policy alloc.Policy) *alloc.State {
+	var all alloc.Fleet
+	all.Policy = policy
+	for _, n := range nodes {
+		inv := n.Inventory
+		inv.Name = n.Name
+		inv.GPUs = slices.Clone(inv.GPUs)
+		for i := range inv.GPUs {
+			inv.GPUs[i].Healthy = true
+		}
+		all.Nodes = append(all.Nodes, inv)
+	}
+	if len(all.Nodes) == 0 {
+		return nil
+	}
+	st, err := alloc.NewState(all, nil, alloc.Options{})
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+// neverFits says why a claim could not be placed even on every registered
+// node, empty and healthy ("" when it could, or when no node is known
+// yet). The caller holds mu.
+func (s *scheduler) neverFits(c *api.Claim) string {
+	if s.ever == nil {
+		return ""
+	}
+	if _, err := s.ever.Allocate(allocClaim(c)); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // needsMore reports whether realized holds a change that had not
@@ -682,4 +725,21 @@ func (s *scheduler) realized(a *alloc.Allocation) bool {
 		}
 	}
 	return true
+}
+
+// maxGPUMiB is the largest GPU memory of the registered nodes. The caller
+// holds mu.
+func (s *scheduler) maxGPUMiB() int64 {
+	var most int64
+	if s.ever == nil {
+		return 0
+	}
+	for _, n := range s.ever.Fleet().Nodes {
+		for _, g := range n.GPUs {
+			if m, err := catalogModel(g.Model); err == nil {
+				most = max(most, m)
+			}
+		}
+	}
+	return most
 }

@@ -587,6 +587,7 @@ func TestImpossibleClaimDoesNotBlockTheQueue(t *testing.T) {
 	ag, _ := h.node("host-a", "l4x4")
 	five := gpuReq(0, alloc.Exclusive)
 	five.Requests[0].Count = 5
+	five.WaitForNodes = true // else refused at once: it can never fit
 	var huge api.Claim
 	h.must(acme, "POST", "/v1/claims", five, 201, &huge)
 	h.pass(time.Hour, ag)
