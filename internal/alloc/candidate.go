@@ -130,6 +130,7 @@ const (
 	rCompute
 	rSlots
 	rLayout
+	rBusy
 	rInUse
 	rOK
 )
@@ -146,8 +147,14 @@ var reasonText = map[reason]string{
 	rCompute:       "insufficient compute",
 	rSlots:         "no free replica or MPS client slot",
 	rLayout:        "no room for a MIG instance",
+	rBusy:          "GPU held by other claims",
 	rInUse:         "MIG instances in use",
+	rNoGPU:         "no GPUs",
 }
+
+// rNoGPU is a node's reason when it has no GPU at all; it ranks with
+// rNone (nothing was checked).
+const rNoGPU = reason(-1)
 
 // replicasFor and clientsFor give a device's sharing limits, filling in
 // the fleet's defaults for dynamic devices.
@@ -473,7 +480,7 @@ func (s *State) trySwitch(n *need, gi int, ch choice, rank int) (cand, reason) {
 	case (n.onGPU >= 0 && gi != n.onGPU) || (n.onNode >= 0 && g.node != n.onNode):
 		return cand{}, rConstraint
 	case g.touched > 0:
-		return cand{}, rInUse
+		return cand{}, rBusy // a mode switch needs the whole GPU idle
 	}
 	if !g.migOn {
 		if !ch.inMIG && ch.mode != MIG {

@@ -42,10 +42,12 @@ func (s *State) explain(c *Claim, r *Request, k int, n *need) error {
 				}
 			}
 		}
-		switch far {
-		case rNone:
+		switch {
+		case far == rNone && len(s.nodes[ni].gpus) == 0:
+			far = rNoGPU
+		case far == rNone:
 			far = rMode // a node without usable GPUs
-		case rOK:
+		case far == rOK:
 			far = rConstraint // fits alone, but not with the rest of the claim
 		}
 		counts[far]++
