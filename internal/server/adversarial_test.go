@@ -689,3 +689,23 @@ func TestClaimThatCanNeverFitIsRefused(t *testing.T) {
 		t.Fatalf("a ninth whole A100 on a DGX of eight: %s", busy.State)
 	}
 }
+
+// The memory a claim's processes use is shown while the claim lives and
+// gone at the first scrape after its release.
+func TestUsedMemoryMetricForgetsReleasedClaims(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	h.node("vm", "l4x4")
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &c)
+	h.advance(time.Second)
+	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{Usage: []server.UsageSample{{Claim: c.ID, GPUSeconds: 1, MemoryMiB: 1234}}}, 200, nil)
+	line := `gpuslice_device_memory_used_mib{device="` + c.Allocation.Devices[0].Device + `",node="vm",tenant="acme"} 1234`
+	if _, body := h.call(h.admin, "GET", "/metrics", nil); !strings.Contains(string(body), line) {
+		t.Fatalf("no used-memory line for the live claim")
+	}
+	h.must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
+	if _, body := h.call(h.admin, "GET", "/metrics", nil); strings.Contains(string(body), "gpuslice_device_memory_used_mib{") {
+		t.Fatalf("the released claim's memory is still shown")
+	}
+}

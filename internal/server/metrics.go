@@ -19,7 +19,10 @@ type metrics struct {
 	reg     *prometheus.Registry
 	latency prometheus.Histogram
 	mu      sync.Mutex
-	usedMiB map[[3]string]int64 // node, device, tenant -> MiB in use (agent reports)
+	// usedMiB is what each claim's processes use, as its agent last
+	// reported; entries of claims no longer live are dropped at the next
+	// scrape.
+	usedMiB map[string]usedEntry
 	handler http.Handler
 }
 
@@ -38,8 +41,13 @@ var (
 	descHealthy  = prometheus.NewDesc("gpuslice_gpu_healthy", "1 when a GPU is healthy, 0 after a fatal XID or loss, as its agent reports.", []string{"node", "gpu", "model"}, nil)
 )
 
+type usedEntry struct {
+	node, device, tenant string
+	mib                  int64
+}
+
 func newMetrics(srv *Server) *metrics {
-	m := &metrics{srv: srv, reg: prometheus.NewRegistry(), usedMiB: map[[3]string]int64{}}
+	m := &metrics{srv: srv, reg: prometheus.NewRegistry(), usedMiB: map[string]usedEntry{}}
 	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuslice_allocation_latency_seconds",
 		Help: "Time to decide and reserve an allocation.", Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10)})
 	m.reg.MustRegister(m.latency, m, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -54,7 +62,7 @@ func (m *metrics) observeUsed(node string, c api.Claim, mib int64) {
 		return
 	}
 	m.mu.Lock()
-	m.usedMiB[[3]string{node, c.Allocation.Devices[0].Device, c.Tenant}] = mib
+	m.usedMiB[c.ID] = usedEntry{node: node, device: c.Allocation.Devices[0].Device, tenant: c.Tenant, mib: mib}
 	m.mu.Unlock()
 }
 
@@ -122,11 +130,23 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSMSec, prometheus.CounterValue, usage[t.Name].SMSeconds, t.Name)
 		ch <- prometheus.MustNewConstMetric(descMemSec, prometheus.CounterValue, usage[t.Name].MemoryMiBSec, t.Name)
 	}
+	live := map[string]bool{}
+	for _, c := range claims {
+		live[c.ID] = c.State == api.Allocated || c.State == api.Running
+	}
+	used := map[[3]string]int64{}
 	m.mu.Lock()
-	for k, v := range m.usedMiB {
-		ch <- prometheus.MustNewConstMetric(descUsed, prometheus.GaugeValue, float64(v), k[0], k[1], k[2])
+	for id, u := range m.usedMiB {
+		if !live[id] { // released or failed since: its memory is free
+			delete(m.usedMiB, id)
+			continue
+		}
+		used[[3]string{u.node, u.device, u.tenant}] += u.mib
 	}
 	m.mu.Unlock()
+	for k, v := range used {
+		ch <- prometheus.MustNewConstMetric(descUsed, prometheus.GaugeValue, float64(v), k[0], k[1], k[2])
+	}
 	reasons := map[string]int{}
 	m.srv.sched.mu.Lock()
 	for _, c := range m.srv.sched.pending {
