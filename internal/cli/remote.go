@@ -18,7 +18,7 @@ import (
 
 // conn holds how remote commands reach the server.
 type conn struct {
-	server, token string
+	server, token, ca string
 }
 
 func (c *conn) flags(cmd *cobra.Command) {
@@ -28,6 +28,7 @@ func (c *conn) flags(cmd *cobra.Command) {
 	}
 	cmd.PersistentFlags().StringVar(&c.server, "server", def, "server URL (env GPUSLICE_SERVER)")
 	cmd.PersistentFlags().StringVar(&c.token, "token", "", "API token (env GPUSLICE_TOKEN; default: the admin token serve wrote to its data directory)")
+	cmd.PersistentFlags().StringVar(&c.ca, "ca", os.Getenv("GPUSLICE_CA"), "trust the PEM CA certificates in this file for an https server, e.g. serve --tls-self-signed's tls-cert.pem (env GPUSLICE_CA)")
 }
 
 // client builds the API client; the token comes from the flag, the
@@ -45,7 +46,14 @@ func (c *conn) client() (*client.Client, error) {
 	if tok == "" {
 		return nil, fmt.Errorf("no token: pass --token, set GPUSLICE_TOKEN, or run gpuslice serve on this machine first")
 	}
-	return client.New(c.server, tok, nil)
+	if c.ca == "" {
+		return client.New(c.server, tok, nil)
+	}
+	hc, err := httpClientWithCA(c.ca)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(c.server, tok, hc)
 }
 
 func remoteCmds(e *env) []*cobra.Command {
@@ -129,6 +137,19 @@ func remoteCmds(e *env) []*cobra.Command {
 			}
 			return e.render(t, ns)
 		}})
+	nodes.AddCommand(&cobra.Command{Use: "rm NAME...", Short: "Delete nodes (admin); their claims are re-queued",
+		Long: `Deletes nodes from the server: their claims are re-queued and placed elsewhere.
+Stop a node's agent first: a running agent registers its node again.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, name := range args {
+				if err := call(cmd.Context(), c, http.MethodDelete, "/v1/nodes/"+url.PathEscape(name), nil, nil); err != nil {
+					return fmt.Errorf("node %s: %w", name, err)
+				}
+				fmt.Fprintln(e.out, "deleted node", name)
+			}
+			return nil
+		}})
 	var quotaMem, quotaComp int
 	tput := &cobra.Command{Use: "put NAME", Short: "Create or update a tenant", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -183,7 +204,9 @@ func remoteCmds(e *env) []*cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(cmd.Context(), c, http.MethodDelete, "/v1/tokens/"+url.PathEscape(args[0]), nil, nil)
 		}})
-	out := []*cobra.Command{claims, nodes, tenants, tokens, usage, runCmd(e, c), agentCmd(e, c)}
+	agent := agentCmd(e, c)
+	seedFromNodeFlag(agent) // its simulated GPUs are seeded from --node
+	out := []*cobra.Command{claims, nodes, tenants, tokens, usage, runCmd(e, c), agent}
 	for _, cmd := range out {
 		c.flags(cmd)
 	}

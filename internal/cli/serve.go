@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,10 +55,50 @@ func hostName() string {
 	return strings.ToLower(strings.SplitN(h, ".", 2)[0])
 }
 
-// openDevice picks the device layer: the simulated machine named by
-// --simulate (a preset or a YAML file), else the real GPUs through NVML,
-// else — no NVIDIA driver — the dgx-a100 simulation, saying so.
+// agentSeed holds the --node of a running `gpuslice agent` (set by
+// seedFromNodeFlag before its RunE) for openDevice, so that its simulated
+// GPUs are seeded from the node name, not the host name.
+var agentSeed struct {
+	sync.Mutex
+	node string
+}
+
+// seedFromNodeFlag makes cmd (the agent command) record its --node for
+// openDevice before it runs.
+func seedFromNodeFlag(cmd *cobra.Command) {
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if f := cmd.Flags().Lookup("node"); f != nil {
+			agentSeed.Lock()
+			agentSeed.node = f.Value.String()
+			agentSeed.Unlock()
+		}
+		if prev != nil {
+			return prev(cmd, args)
+		}
+		return nil
+	}
+}
+
+// openDevice is openDeviceFor the agent's node (see seedFromNodeFlag), or
+// this host when none was recorded.
 func openDevice(simulate string, log *slog.Logger) (gpu.Device, string, error) {
+	agentSeed.Lock()
+	node := agentSeed.node
+	agentSeed.Unlock()
+	if node == "" {
+		node = hostName()
+	}
+	return openDeviceFor(simulate, node, log)
+}
+
+// openDeviceFor picks the device layer: the simulated machine named by
+// --simulate (a preset or a YAML file), else the real GPUs through NVML,
+// else — no NVIDIA driver — the dgx-a100 simulation, saying so. A simulated
+// machine is seeded from the node name, so that two simulated nodes on one
+// host (serve's and an agent's --simulate … --node sim-1) report different
+// GPU UUIDs.
+func openDeviceFor(simulate, node string, log *slog.Logger) (gpu.Device, string, error) {
 	name := simulate
 	noDriver := ""
 	if name == "" {
@@ -85,7 +126,7 @@ func openDevice(simulate string, log *slog.Logger) (gpu.Device, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	m, err := fake.New(spec, fake.WithSeed(seedOf(hostName())))
+	m, err := fake.New(spec, fake.WithSeed(seedOf(node)))
 	if err != nil {
 		return nil, "", err
 	}
@@ -133,7 +174,7 @@ func serveCmd(e *env) *cobra.Command {
 	var listen, dataDir, storeKind, simulate, nodeName, tlsCert, tlsKey, placement, cdiDir string
 	var nodeTimeout, reserveAfter time.Duration
 	var maxQueued int
-	var noAgent, modeSwitch bool
+	var noAgent, modeSwitch, selfSigned bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the control plane with an embedded store and a local node agent",
@@ -146,7 +187,7 @@ Without an NVIDIA driver it runs on simulated GPUs and says so.
 One server at a time per data directory: it holds a lock on <data-dir>/lock (which
 names its pid) until it exits. It refuses a damaged database, and once admin.token
 exists it refuses a database that is missing or empty instead of starting afresh.`,
-		Example: "  gpuslice serve\n  gpuslice serve --simulate dgx-h100 --listen 0.0.0.0:7777 --tls-cert c.pem --tls-key k.pem",
+		Example: "  gpuslice serve\n  gpuslice serve --simulate dgx-h100 --listen 0.0.0.0:7777 --tls-cert c.pem --tls-key k.pem\n  gpuslice serve --listen 0.0.0.0:7777 --tls-self-signed",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -162,7 +203,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				return err
 			}
 			defer lock.Release()
-			dev, why, err := openDevice(simulate, log)
+			dev, why, err := openDeviceFor(simulate, nodeName, log)
 			if err != nil {
 				return err
 			}
@@ -190,14 +231,22 @@ exists it refuses a database that is missing or empty instead of starting afresh
 			if err != nil {
 				return err
 			}
-			if err := bootstrap(ctx, e, srv, store, dataDir); err != nil {
+			// Everything that can fail about serving — the certificate,
+			// the address — is checked before bootstrap makes an admin
+			// token, so a failed start prints no secret nobody can use.
+			tlsConf, err := serveTLS(e, dataDir, tlsCert, tlsKey, selfSigned)
+			if err != nil {
 				return err
 			}
-			srv.Run(ctx)
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
 			}
+			defer ln.Close()
+			if err := bootstrap(ctx, e, srv, store, dataDir); err != nil {
+				return err
+			}
+			srv.Run(ctx)
 			if !noAgent {
 				tok, err := agentToken(ctx, srv, store, dataDir, nodeName)
 				if err != nil {
@@ -222,26 +271,33 @@ exists it refuses a database that is missing or empty instead of starting afresh
 			}
 			hs := srv.NewHTTPServer(listen)
 			scheme := "http"
+			if tlsConf != nil {
+				hs.TLSConfig, scheme = tlsConf, "https"
+			}
+			serveErr := make(chan error, 1)
 			go func() {
 				var err error
-				if tlsCert != "" || tlsKey != "" {
-					err = hs.ServeTLS(ln, tlsCert, tlsKey)
+				if tlsConf != nil {
+					err = hs.ServeTLS(ln, "", "") // the certificate is in hs.TLSConfig
 				} else {
 					err = hs.Serve(ln)
 				}
 				if err != nil && !errors.Is(err, http.ErrServerClosed) {
-					log.Error("http server", "err", err)
+					serveErr <- err
 					stop()
 				}
 			}()
-			if tlsCert != "" {
-				scheme = "https"
-			}
 			log.Info("gpuslice serving", "url", scheme+"://"+ln.Addr().String(), "data", dataDir, "store", storeKind)
 			<-ctx.Done()
 			shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			return hs.Shutdown(shut)
+			shutErr := hs.Shutdown(shut)
+			select {
+			case err := <-serveErr:
+				return fmt.Errorf("http server: %w", err)
+			default:
+				return shutErr
+			}
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7777", "address to listen on")
@@ -251,6 +307,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 	cmd.Flags().StringVar(&nodeName, "node", hostName(), "name of the local node")
 	cmd.Flags().StringVar(&tlsCert, "tls-cert", "", "serve HTTPS with this certificate")
 	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "and this key")
+	cmd.Flags().BoolVar(&selfSigned, "tls-self-signed", false, "serve HTTPS with a self-signed certificate kept in the data directory (made on first use); clients pass it as --ca")
 	cmd.Flags().StringVar(&placement, "placement", "binpack", "binpack or spread")
 	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 30*time.Second, "mark a node lost after this long without a heartbeat")
 	cmd.Flags().DurationVar(&reserveAfter, "reserve-after", 5*time.Minute, "after a queued claim waits this long, a node is held for it: claims behind it of its priority or lower go elsewhere; negative: always backfill")
