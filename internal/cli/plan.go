@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -86,6 +87,9 @@ func renderCmd(e *env) *cobra.Command {
 			"  gpuslice render compose.yaml --target nvidia-device-plugin | kubectl apply -f -",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !slices.Contains(artifacts.Targets(), target) {
+				return enumError("--target", "render target", target, artifacts.Targets())
+			}
 			s, err := readSpecs(e, args, format)
 			if err != nil {
 				return err
@@ -104,7 +108,6 @@ func renderCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&target, "target", "", "what to write: "+strings.Join(artifacts.Targets(), ", "))
 	cmd.Flags().StringVar(&format, "format", "", "input format (default: detected): "+formatNames())
-	_ = cmd.MarkFlagRequired("target")
 	_ = cmd.RegisterFlagCompletionFunc("target", cobra.FixedCompletions(artifacts.Targets(), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

@@ -42,7 +42,7 @@ Start with: gpuslice serve (then gpuslice run -- CMD), or gpuslice plan FILE.`,
 		Version:       Version,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			if !slices.Contains(outputFormats, e.format) {
-				return fmt.Errorf("-o %q: unknown output format; valid: %s", e.format, strings.Join(outputFormats, ", "))
+				return fmt.Errorf("-o %q: unknown output format%s valid: %s", e.format, suggestSep(e.format, outputFormats), strings.Join(outputFormats, ", "))
 			}
 			return nil
 		},
@@ -53,6 +53,10 @@ Start with: gpuslice serve (then gpuslice run -- CMD), or gpuslice plan FILE.`,
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
 	root.AddCommand(catalogCmd(e), migCmd(e), planCmd(e), renderCmd(e), schemaCmd(e), serveCmd(e), benchCmd(e))
 	root.AddCommand(remoteCmds(e)...)
+	// Every command: an unknown flag gets a did-you-mean; every command
+	// group: an unknown subcommand is an error, not its help.
+	root.SetFlagErrorFunc(flagError)
+	requireSubcommand(root)
 	return root
 }
 
