@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,13 +32,16 @@ func runCmd(e *env, c *conn) *cobra.Command {
 	var memory, mode, profile, isolation, tenant, node, workload, policy, faultPolicy string
 	var compute, priority int
 	var timeout time.Duration
+	var waitForNodes bool
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Claim a GPU slice, run a command with it, release it when the command exits",
 		Long: `Creates a claim, waits for it (showing the queue position and why), runs CMD on
 this host with the allocation's environment (CUDA_VISIBLE_DEVICES, CUDA_MPS_*), streams its
-output, releases the claim when CMD exits, and exits with CMD's exit code. Ctrl-C stops CMD
-and releases the claim.`,
+output, releases the claim when CMD exits, and exits with CMD's exit code. Ctrl-C or SIGTERM
+(pending, waiting for devices, or while CMD runs: CMD gets the signal first) releases the claim
+and exits 130 or 143 (128+signal). --timeout bounds the wait for the claim: past it the claim is
+released and run fails.`,
 		Example: "  gpuslice run --memory 10GiB --compute 25 -- nvidia-smi\n  gpuslice run --mode mig --profile 3g.20gb -- python train.py",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -59,39 +63,120 @@ and releases the claim.`,
 				}
 			}
 			cs.Node = node
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			claim, err := cl.CreateClaim(ctx, tenant, cs)
+			cs.WaitForNodes = waitForNodes
+			// Ctrl-C and SIGTERM cancel ctx (and are remembered, for the
+			// exit code and to pass on to CMD); the claim is released on
+			// every way out once it exists.
+			sigc := make(chan os.Signal, 1)
+			signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sigc)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			var got atomic.Value // the os.Signal received
+			go func() {
+				select {
+				case s := <-sigc:
+					got.Store(s)
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			signalled := func() (syscall.Signal, bool) {
+				s, ok := got.Load().(os.Signal)
+				if !ok {
+					return 0, false
+				}
+				ss, _ := s.(syscall.Signal)
+				return ss, true
+			}
+			// Exiting on a signal: 128+signal, as a shell does.
+			interrupted := func(id string) error {
+				s, ok := signalled()
+				if !ok {
+					return ctx.Err()
+				}
+				fmt.Fprintf(e.errOut, "gpuslice: %s: %s, releasing the claim\n", id, s)
+				return &ExitError{Code: 128 + int(s)}
+			}
+			// A signal does not cut the POST short at once (a cancelled POST
+			// could leave a claim nobody knows the id of): it is acted on
+			// once the id is known, or 10s later against a server that
+			// does not answer.
+			createCtx, createCancel := context.WithCancel(context.WithoutCancel(cmd.Context()))
+			defer createCancel()
+			defer context.AfterFunc(ctx, func() { time.AfterFunc(10*time.Second, createCancel) })()
+			tenantName := tenant
+			if !cmd.Flags().Changed("tenant") {
+				// A tenant token claims for its own tenant; only an admin
+				// token must name one, and gets "default".
+				tenantName = ""
+			}
+			claim, err := cl.CreateClaim(createCtx, tenantName, cs)
+			if ce := (*client.Error)(nil); err != nil && tenantName == "" && errors.As(err, &ce) && ce.Field == "tenant" && ce.Status == http.StatusUnprocessableEntity {
+				tenantName = tenant
+				claim, err = cl.CreateClaim(createCtx, tenantName, cs)
+			}
 			if err != nil {
+				if s, ok := signalled(); ok {
+					fmt.Fprintf(e.errOut, "gpuslice: %s while creating the claim: %v\n", s, err)
+					return &ExitError{Code: 128 + int(s)}
+				}
 				return err
 			}
+			// The id is kept apart from the polled claim: a failed poll
+			// answers a zero claim.
+			id := claim.ID
 			release := func() {
 				rc, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				if _, err := cl.Release(rc, claim.ID); err != nil {
+				if _, err := cl.Release(rc, id); err != nil {
 					var ce *client.Error
 					if errors.As(err, &ce) && ce.Status == http.StatusConflict && ce.State == api.Failed {
 						// Its GPU failed under it: over already, nothing to give back.
-						fmt.Fprintf(e.errOut, "gpuslice: claim %s had failed: %s\n", claim.ID, ce.Message)
+						fmt.Fprintf(e.errOut, "gpuslice: claim %s had failed: %s\n", id, ce.Message)
 						return
 					}
-					fmt.Fprintf(e.errOut, "gpuslice: releasing %s: %v\n", claim.ID, err)
+					fmt.Fprintf(e.errOut, "gpuslice: releasing %s: %v\n", id, err)
 				}
 			}
 			defer release()
 			deadline := time.Now().Add(timeout)
+			timedOut := func(what string) error {
+				return fmt.Errorf("claim %s %s after --timeout %s; released it", id, what, timeout)
+			}
 			shown := ""
 			for claim.State == api.Pending {
-				if line := fmt.Sprintf("gpuslice: %s pending, queue position %d: %s", claim.ID, claim.QueuePosition, claim.Reason); line != shown {
+				if line := fmt.Sprintf("gpuslice: %s pending, queue position %d: %s", id, claim.QueuePosition, claim.Reason); line != shown {
 					fmt.Fprintln(e.errOut, line)
 					shown = line
 				}
-				if timeout > 0 && time.Now().After(deadline) {
-					return fmt.Errorf("claim %s still pending after %s", claim.ID, timeout)
+				if ctx.Err() != nil {
+					return interrupted(id)
 				}
-				if claim, err = cl.Claim(ctx, claim.ID, api.Pending, 20*time.Second); err != nil {
+				// The long poll never outlasts the time left.
+				wait, pctx, pcancel := 20*time.Second, ctx, context.CancelFunc(func() {})
+				if timeout > 0 {
+					left := time.Until(deadline)
+					if left <= 0 {
+						return timedOut(fmt.Sprintf("still pending (%s)", claim.Reason))
+					}
+					wait = min(wait, left)
+					// A little past the server's own wait, in case it
+					// answers late.
+					pctx, pcancel = context.WithDeadline(ctx, deadline.Add(2*time.Second))
+				}
+				next, err := cl.Claim(pctx, id, api.Pending, wait)
+				pcancel()
+				if err != nil {
+					if ctx.Err() != nil {
+						return interrupted(id)
+					}
+					if timeout > 0 && time.Now().After(deadline) {
+						return timedOut(fmt.Sprintf("still pending (%s)", claim.Reason))
+					}
 					return err
 				}
+				claim = next
 			}
 			if claim.State != api.Allocated {
 				return fmt.Errorf("claim %s is %s: %s", claim.ID, claim.State, claim.Reason)
@@ -101,15 +186,23 @@ and releases the claim.`,
 			for planned(claim) {
 				select {
 				case <-ctx.Done():
-					return ctx.Err()
+					return interrupted(id)
 				case <-time.After(200 * time.Millisecond):
 				}
-				if claim, err = cl.Claim(ctx, claim.ID, "", 0); err != nil {
+				next, err := cl.Claim(ctx, id, "", 0)
+				if err != nil {
+					if ctx.Err() != nil {
+						return interrupted(id)
+					}
 					return err
 				}
+				claim = next
 				if timeout > 0 && time.Now().After(deadline) {
-					return fmt.Errorf("claim %s: the node has not created its devices after %s", claim.ID, timeout)
+					return timedOut("has no devices yet: the node has not created them")
 				}
+			}
+			if ctx.Err() != nil {
+				return interrupted(id)
 			}
 			a := claim.Allocation
 			if n := a.Devices[0].Node; n != hostName() && node == "" {
@@ -137,7 +230,13 @@ and releases the claim.`,
 			select {
 			case err = <-done:
 			case <-ctx.Done():
-				_ = child.Process.Signal(os.Interrupt)
+				// CMD gets the signal first; the claim is released once
+				// it has exited (or been killed 10s later).
+				s, ok := signalled()
+				if !ok {
+					s = syscall.SIGINT
+				}
+				_ = child.Process.Signal(s)
 				select {
 				case err = <-done:
 				case <-time.After(10 * time.Second):
@@ -147,8 +246,17 @@ and releases the claim.`,
 			}
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					// CMD ended by a signal: 128+the signal we passed on
+					// (if any), else 128+its own, as a shell reports it.
+					if s, ok := signalled(); ok {
+						return &ExitError{Code: 128 + int(s)}
+					}
+					return &ExitError{Code: 128 + int(ws.Signal())}
+				}
 				return &ExitError{Code: ee.ExitCode()}
 			}
+			// CMD that handled the signal and exited keeps its own code.
 			return err
 		},
 	}
@@ -159,12 +267,13 @@ and releases the claim.`,
 	f.StringVar(&profile, "profile", "", "a MIG profile such as 1g.10gb")
 	f.StringVar(&isolation, "isolation", "", "none, tenant (default) or hardware")
 	f.StringVar(&workload, "workload", "", "inference, interactive, batch or training (guides auto)")
-	f.StringVar(&tenant, "tenant", "default", "tenant (admin tokens only; tenant tokens use their own)")
+	f.StringVar(&tenant, "tenant", "default", "the tenant to claim for (admin tokens; a tenant token claims for its own when this is not given)")
 	f.StringVar(&node, "node", "", "run on this node (default: this host when it is a node)")
 	f.StringVar(&policy, "memory-policy", "warn", "when a process exceeds its memory: warn or kill")
 	f.StringVar(&faultPolicy, "fault-policy", "fail", "when the GPU fails while CMD runs: fail or requeue")
 	f.IntVar(&priority, "priority", 0, "higher goes first in the queue")
-	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long (0 = wait)")
+	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long, releasing the claim (0 = wait)")
+	f.BoolVar(&waitForNodes, "wait-for-nodes", false, "queue a claim no registered node could ever hold, for nodes that may join (else the server refuses it)")
 	return cmd
 }
 
