@@ -301,7 +301,7 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(e.errOut, nil))
-			dev, why, err := openDevice(simulate, log)
+			dev, why, err := openDeviceFor(simulate, name, log) // simulated GPUs seeded from the node name
 			if err != nil {
 				return err
 			}

@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -53,43 +52,6 @@ func hostName() string {
 		return "localhost"
 	}
 	return strings.ToLower(strings.SplitN(h, ".", 2)[0])
-}
-
-// agentSeed holds the --node of a running `gpuslice agent` (set by
-// seedFromNodeFlag before its RunE) for openDevice, so that its simulated
-// GPUs are seeded from the node name, not the host name.
-var agentSeed struct {
-	sync.Mutex
-	node string
-}
-
-// seedFromNodeFlag makes cmd (the agent command) record its --node for
-// openDevice before it runs.
-func seedFromNodeFlag(cmd *cobra.Command) {
-	prev := cmd.PreRunE
-	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
-		if f := cmd.Flags().Lookup("node"); f != nil {
-			agentSeed.Lock()
-			agentSeed.node = f.Value.String()
-			agentSeed.Unlock()
-		}
-		if prev != nil {
-			return prev(cmd, args)
-		}
-		return nil
-	}
-}
-
-// openDevice is openDeviceFor the agent's node (see seedFromNodeFlag), or
-// this host when none was recorded.
-func openDevice(simulate string, log *slog.Logger) (gpu.Device, string, error) {
-	agentSeed.Lock()
-	node := agentSeed.node
-	agentSeed.Unlock()
-	if node == "" {
-		node = hostName()
-	}
-	return openDeviceFor(simulate, node, log)
 }
 
 // openDeviceFor picks the device layer: the simulated machine named by
