@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -51,7 +53,7 @@ released and run fails.`,
 			}
 			req := alloc.Request{Name: "gpu", Mode: alloc.Mode(mode), Profile: profile, ComputePercent: compute, Workload: alloc.Workload(workload)}
 			if memory != "" {
-				if req.MemoryMiB, err = spec.ParseMemoryMiB(memory); err != nil {
+				if req.MemoryMiB, err = flagMemoryMiB(memory); err != nil {
 					return fmt.Errorf("--memory: %w", err)
 				}
 			}
@@ -330,4 +332,15 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 	cmd.Flags().DurationVar(&interval, "interval", 5*time.Second, "heartbeat interval")
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
 	return cmd
+}
+
+// flagMemoryMiB reads --memory: a size with its unit (10GiB, 512MiB,
+// 1.5Gi). A bare number is refused rather than guessed: "--memory 10"
+// meant as 10 GiB would silently ask for 10 MiB.
+func flagMemoryMiB(v string) (int64, error) {
+	t := strings.TrimSpace(v)
+	if _, err := strconv.ParseFloat(t, 64); err == nil {
+		return 0, fmt.Errorf("%q has no unit: write %sGiB or %sMiB", v, t, t)
+	}
+	return spec.ParseMemoryMiB(v)
 }
