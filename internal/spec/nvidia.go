@@ -362,6 +362,7 @@ func (w *walker) nvBlockHint(lines []string) {
 				continue
 			}
 			if keyCol := len(m[1]) + len(m[2]); indent(next) <= keyCol {
+				syntax.Pos = Pos{File: syntax.Pos.File, Line: j + 1}
 				syntax.Hint = fmt.Sprintf("the text under %q on line %d must be indented more than its key: indent lines %d and on by 2 more spaces", strings.TrimSpace(l), i+1, j+1)
 				return
 			}

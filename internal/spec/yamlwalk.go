@@ -56,14 +56,9 @@ func (w *walker) parseDocs(data []byte) []*yaml.Node {
 			break
 		}
 		if err != nil {
-			line := 0
-			msg := err.Error()
-			if _, rest, ok := strings.Cut(msg, "line "); ok {
-				if n, err := strconv.Atoi(strings.SplitN(rest, ":", 2)[0]); err == nil {
-					line = n
-				}
-			}
-			w.diags = append(w.diags, Diagnostic{Severity: Error, Pos: Pos{File: w.file, Line: line}, Message: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")})
+			pos, msg := yamlSyntaxPos(data, err.Error())
+			pos.File = w.file
+			w.diags = append(w.diags, Diagnostic{Severity: Error, Pos: pos, Message: "YAML syntax: " + msg})
 			return docs
 		}
 		if doc.Kind == 0 {
