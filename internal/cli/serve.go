@@ -59,8 +59,9 @@ func hostName() string {
 // else — no NVIDIA driver — the dgx-a100 simulation, saying so. A simulated
 // machine is seeded from the node name, so that two simulated nodes on one
 // host (serve's and an agent's --simulate … --node sim-1) report different
-// GPU UUIDs.
-func openDeviceFor(simulate, node string, log *slog.Logger) (gpu.Device, string, error) {
+// GPU UUIDs. With a stateFile a simulated machine keeps its MIG layout
+// there across restarts, as real GPUs keep theirs (fake.WithStateFile).
+func openDeviceFor(simulate, node string, log *slog.Logger, stateFile ...string) (gpu.Device, string, error) {
 	name := simulate
 	noDriver := ""
 	if name == "" {
@@ -88,7 +89,11 @@ func openDeviceFor(simulate, node string, log *slog.Logger) (gpu.Device, string,
 	if err != nil {
 		return nil, "", err
 	}
-	m, err := fake.New(spec, fake.WithSeed(seedOf(node)))
+	opts := []fake.Option{fake.WithSeed(seedOf(node))}
+	if len(stateFile) > 0 && stateFile[0] != "" {
+		opts = append(opts, fake.WithStateFile(stateFile[0]))
+	}
+	m, err := fake.New(spec, opts...)
 	if err != nil {
 		return nil, "", err
 	}
@@ -165,7 +170,9 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				return err
 			}
 			defer lock.Release()
-			dev, why, err := openDeviceFor(simulate, nodeName, log)
+			// Simulated GPUs keep their MIG layout in the data directory, so a
+			// restart adopts running claims' instances instead of losing them.
+			dev, why, err := openDeviceFor(simulate, nodeName, log, filepath.Join(dataDir, "simulated-gpus-"+nodeName+".json"))
 			if err != nil {
 				return err
 			}

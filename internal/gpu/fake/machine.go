@@ -23,8 +23,9 @@ const Backend = "fake"
 type Option func(*config)
 
 type config struct {
-	seed  int64
-	clock func() time.Time
+	seed      int64
+	clock     func() time.Time
+	stateFile string
 }
 
 // WithSeed sets the seed the GPU uuids derive from (default 0). Two machines
@@ -52,6 +53,10 @@ type Machine struct {
 	procs      map[int]*process
 	failCreate []error
 	subs       map[*subscriber]struct{}
+	// stateFile keeps the hardware state across restarts (WithStateFile);
+	// saveErr is the last error writing it.
+	stateFile string
+	saveErr   error
 }
 
 var _ gpu.Device = (*Machine)(nil)
@@ -134,6 +139,18 @@ func New(spec MachineSpec, opts ...Option) (*Machine, error) {
 		}
 		m.gpus = append(m.gpus, d)
 	}
+	if cfg.stateFile != "" {
+		if err := m.restore(cfg.stateFile); err != nil {
+			// A state the spec cannot hold (edited or damaged): start
+			// from the spec; the first change overwrites the file.
+			fresh, ferr := New(spec, append(opts, WithStateFile(""))...)
+			if ferr != nil {
+				return nil, ferr
+			}
+			m = fresh
+		}
+		m.stateFile = cfg.stateFile
+	}
 	return m, nil
 }
 
@@ -203,6 +220,7 @@ func (m *Machine) SetMIGMode(ctx context.Context, index int, enabled bool) error
 		return fmt.Errorf("GPU %d runs processes %v: %w", index, pids, gpu.ErrInUse)
 	}
 	d.migOn = enabled
+	m.save()
 	return nil
 }
 
@@ -226,10 +244,19 @@ func (m *Machine) CreateInstance(ctx context.Context, index int, profile string,
 	if err != nil {
 		return gpu.Instance{}, err
 	}
-	return m.create(d, profile, start)
+	in, err := m.create(d, profile, start)
+	if err == nil {
+		m.save()
+	}
+	return in, err
 }
 
 func (m *Machine) create(d *device, profile string, start int) (gpu.Instance, error) {
+	return m.createAs(d, profile, start, 0)
+}
+
+// createAs is create with a given GPU-instance id (0: the lowest free).
+func (m *Machine) createAs(d *device, profile string, start, giid int) (gpu.Instance, error) {
 	if d.geo == nil {
 		return gpu.Instance{}, fmt.Errorf("GPU %d (%s): %w", d.index, d.model.ID, gpu.ErrNoMIG)
 	}
@@ -254,6 +281,9 @@ func (m *Machine) create(d *device, profile string, start int) (gpu.Instance, er
 		return gpu.Instance{}, d.placementError(err)
 	}
 	gi := d.freeGIID()
+	if giid > 0 && !slices.ContainsFunc(d.insts, func(in *instance) bool { return in.GIID == giid }) {
+		gi = giid
+	}
 	in := &instance{shape: p, Instance: gpu.Instance{
 		UUID:      migUUID(d.uuid, gi),
 		Profile:   shape.Name,
@@ -329,6 +359,7 @@ func (m *Machine) DestroyInstance(ctx context.Context, index int, uuid string) e
 	d.insts = slices.Delete(d.insts, i, i+1)
 	delete(d.gpmRead, uuid)
 	delete(d.util, uuid)
+	m.save()
 	return nil
 }
 
@@ -351,6 +382,7 @@ func (m *Machine) SetComputeMode(ctx context.Context, index int, mode gpu.Comput
 		return err
 	}
 	d.mode = mode
+	m.save()
 	return nil
 }
 

@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+)
+
+// Stopping serve and starting it again on simulated GPUs keeps a running
+// MIG claim where it is: the simulated GPUs keep their instances (as real
+// ones do), so the restart adopts the claim instead of re-queueing it.
+func TestServeRestartKeepsRunningMIGClaimOnSimulatedGPUs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns servers")
+	}
+	dir := t.TempDir()
+	addr := freePort(t)
+	child := startServe(t, dir, addr)
+	tokB, err := os.ReadFile(filepath.Join(dir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(tokB))
+	req := map[string]any{"tenant": "default", "requests": []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: "3g.40gb"}}}
+	var c api.Claim
+	if code, err := apiCall(addr, token, "POST", "/v1/claims", req, &c); err != nil || code != 201 {
+		t.Fatalf("create: %d %v", code, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for c.Allocation == nil || alloc.IsPlanned(c.Allocation.Devices[0].Device) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the local agent never made the instance: %+v", c)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if _, err := apiCall(addr, token, "GET", "/v1/claims/"+c.ID, nil, &c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	device := c.Allocation.Devices[0].Device
+	if code, err := apiCall(addr, token, "POST", "/v1/claims/"+c.ID+"/running", nil, nil); err != nil || code != 200 {
+		t.Fatalf("running: %d %v", code, err)
+	}
+	_ = child.Process.Signal(syscall.SIGTERM)
+	_ = child.Wait()
+
+	restarted := time.Now()
+	child = startServe(t, dir, addr)
+	defer func() { _ = child.Process.Signal(syscall.SIGTERM); _ = child.Wait() }()
+	// The local agent registers again with what the GPUs hold now.
+	var node api.Node
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := apiCall(addr, token, "GET", "/v1/nodes/crashnode", nil, &node); err != nil {
+			t.Fatal(err)
+		}
+		if node.LastHeartbeat.After(restarted) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the local node did not register again")
+		}
+	}
+	found := false
+	for _, g := range node.Inventory.GPUs {
+		for _, in := range g.Instances {
+			found = found || in.UUID == device
+		}
+	}
+	if !found {
+		t.Fatalf("after a restart the simulated GPUs lost instance %s", device)
+	}
+	var after api.Claim
+	if _, err := apiCall(addr, token, "GET", "/v1/claims/"+c.ID, nil, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.State != api.Running || after.Allocation == nil || after.Allocation.Devices[0].Device != device {
+		t.Fatalf("after a restart the running claim is %s on %v (reason %q), want running on %s", after.State, after.Allocation, after.Reason, device)
+	}
+}
