@@ -3,7 +3,9 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/mig"
 )
 
@@ -40,7 +42,7 @@ func validateClaim(c *Claim, compile func(string) error) error {
 	switch c.Isolation {
 	case "", IsolationNone, IsolationTenant, IsolationHardware:
 	default:
-		bad("isolation", "%q: want none, tenant or hardware", c.Isolation)
+		bad("isolation", "%q: want none, tenant or hardware%s", c.Isolation, didYouMean(string(c.Isolation), "none", "tenant", "hardware"))
 	}
 	if len(c.Requests) == 0 {
 		bad("requests", "is empty; a claim asks for at least one device")
@@ -75,7 +77,7 @@ func validateClaim(c *Claim, compile func(string) error) error {
 		switch r.Mode {
 		case "", Auto, Exclusive, TimeSlice, MPS, MIG:
 		default:
-			bad(f("mode"), "%q: want auto, exclusive, timeslice, mps or mig", r.Mode)
+			bad(f("mode"), "%q: want auto, exclusive, timeslice, mps or mig%s", r.Mode, didYouMean(string(r.Mode), "auto", "exclusive", "timeslice", "mps", "mig"))
 		}
 		if r.Mode == MPS {
 			mpsDevices += count
@@ -88,7 +90,7 @@ func validateClaim(c *Claim, compile func(string) error) error {
 		switch r.Workload {
 		case WorkloadUnknown, WorkloadInference, WorkloadInteractive, WorkloadBatch, WorkloadTraining:
 		default:
-			bad(f("workload"), "%q: want inference, interactive, batch or training", r.Workload)
+			bad(f("workload"), "%q: want inference, interactive, batch or training%s", r.Workload, didYouMean(string(r.Workload), "inference", "interactive", "batch", "training"))
 		}
 		if r.Selector != "" {
 			if err := compile(r.Selector); err != nil {
@@ -107,7 +109,7 @@ func validateClaim(c *Claim, compile func(string) error) error {
 	}
 	for i, con := range c.Constraints {
 		if con.Match != "node" && con.Match != "gpu" {
-			bad(fmt.Sprintf("constraints[%d].match", i), "%q: want node or gpu", con.Match)
+			bad(fmt.Sprintf("constraints[%d].match", i), "%q: want node or gpu%s", con.Match, didYouMean(con.Match, "node", "gpu"))
 		}
 		for j, rn := range con.Requests {
 			if !names[rn] && (len(c.Requests) != 1 || c.Requests[0].Name != rn) {
@@ -116,4 +118,24 @@ func validateClaim(c *Claim, compile func(string) error) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// didYouMean is "; did you mean X?" for the option v most likely
+// mistyped (catalog.Suggest, or two neighbouring letters swapped: "mgi"),
+// or "".
+func didYouMean(v string, options ...string) string {
+	low := strings.ToLower(v)
+	for _, o := range options {
+		if len(o) == len(low) && o != low {
+			for i := 0; i+1 < len(o); i++ {
+				if low[:i] == o[:i] && low[i] == o[i+1] && low[i+1] == o[i] && low[i+2:] == o[i+2:] {
+					return "; did you mean " + o + "?"
+				}
+			}
+		}
+	}
+	if s := catalog.Suggest(v, options); s != "" {
+		return "; did you mean " + s + "?"
+	}
+	return ""
 }
