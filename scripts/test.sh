@@ -11,32 +11,55 @@ cd "$(dirname "$0")/.."
 # still runs an input, which Go reports as "context deadline exceeded".
 fuzztime="${FUZZTIME:-5000x}"
 
-echo "== gofmt"
+# Each phase says what it does when it starts and how long it took when it
+# ends; the total comes last. SECONDS is bash's own wall-clock counter.
+phase_name=""
+phase_start=0
+phase() { # phase "NAME: what it does" (ends the previous phase)
+  phase_end
+  phase_name="${1%%:*}"
+  phase_start=$SECONDS
+  echo "== $1"
+}
+phase_end() {
+  if [ -n "$phase_name" ]; then
+    echo "   $phase_name took $((SECONDS - phase_start)) s"
+  fi
+  phase_name=""
+}
+
+phase "gofmt: checking formatting of every .go file"
 unformatted=$(gofmt -l .)
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
-echo "== go vet"
+phase "go vet: static checks of every package"
 go vet ./...
 
-echo "== control plane (etcd + kube-apiserver v1.36.3 from the Go module proxy; built once into ~/.cache/gpuslice)"
+phase "control plane: etcd + kube-apiserver v1.36.3 from the Go module proxy, built once into ~/.cache/gpuslice"
 # The render integration tests validate every rendered Kubernetes object
 # against a real kube-apiserver. The first build takes 10-30 minutes on 2
 # cores; later runs reuse the cache. GPUSLICE_SKIP_APISERVER=1 skips them.
 if [ "${GPUSLICE_SKIP_APISERVER:-}" != 1 ]; then
-  scripts/controlplane.sh >/dev/null
+  echo "   (a cached build returns at once; a cold one takes minutes, progress follows)"
+  # controlplane.sh writes its progress to stderr, which reaches the terminal;
+  # its stdout is only the directory it built, shown here.
+  k8sdir=$(scripts/controlplane.sh)
+  echo "   control plane in $k8sdir"
   export GPUSLICE_REQUIRE_APISERVER=1
+else
+  echo "   skipped (GPUSLICE_SKIP_APISERVER=1)"
 fi
 
-echo "== go test"
+phase "go test: every package (go test -count=1 ./...)"
 go test -count=1 ./...
 
-echo "== go test -race (the concurrent parts)"
+phase "race: go test -race of the concurrent parts"
 go test -count=1 -race ./internal/server/... ./internal/state/... ./internal/agent/... ./internal/cli/...
 
 if [ "$fuzztime" != "0" ]; then
-  echo "== fuzz ($fuzztime per target)"
+  phase "fuzz: every fuzz target, $fuzztime each"
   for pkg in $(go list ./...); do
     for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
       echo "-- $pkg $target"
@@ -46,4 +69,5 @@ if [ "$fuzztime" != "0" ]; then
   done
 fi
 
-echo "all checks passed"
+phase_end
+echo "all checks passed in $SECONDS s"
