@@ -87,8 +87,9 @@ func checkQuantities(expr string, a *cel.Ast) error {
 			return
 		}
 		if s, ok := c.Args()[0].AsLiteral().Value().(string); ok {
-			if _, err := quantity.Parse(s); err != nil {
-				bad = fmt.Errorf("selector %q: quantity(%s): %w (want a Kubernetes quantity such as 10Gi or 500M)", expr, strconv.Quote(s), err)
+			if _, err := quantity.ParseBare(s); err != nil {
+				// Once each: the value, what is wrong, the fix.
+				bad = fmt.Errorf("selector %q: quantity(%s): %w%s", expr, strconv.Quote(s), err, quantity.Hint(s))
 			}
 		}
 	}))

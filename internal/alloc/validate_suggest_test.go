@@ -26,3 +26,19 @@ func TestValidateClaimSuggests(t *testing.T) {
 		t.Errorf("no close mode: %v", err)
 	}
 }
+
+// A bad quantity in a selector is reported once: the value, what is wrong
+// and the fix, each a single time.
+func TestSelectorQuantityErrorSaysItOnce(t *testing.T) {
+	c := Claim{Name: "c", Tenant: "t", Requests: []Request{{Name: "g", Selector: "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('10GB')) >= 0"}}}
+	err := ValidateClaim(&c)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	msg := err.Error()
+	for _, once := range []string{`"10GB"`, "want ", "did you mean"} {
+		if n := strings.Count(msg, once); n != 1 {
+			t.Errorf("%q appears %d times in: %s", once, n, msg)
+		}
+	}
+}
