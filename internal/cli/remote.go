@@ -87,7 +87,7 @@ func remoteCmds(e *env) []*cobra.Command {
 			}
 			t := &table{header: []string{"ID", "TENANT", "STATE", "DEVICES", "REASON"}}
 			for _, cl := range cs {
-				t.add(cl.ID, cl.Tenant, cl.State, devicesText(cl), short(cl.Reason, 70))
+				t.add(cl.ID, cl.Tenant, cl.State, devicesText(cl), short(reasonText(cl), 70))
 			}
 			return e.render(t, cs)
 		}})
@@ -158,7 +158,7 @@ Stop a node's agent first: a running agent registers its node again.`,
 			if err := call(cmd.Context(), c, http.MethodPut, "/v1/tenants/"+url.PathEscape(args[0]), body, &t); err != nil {
 				return err
 			}
-			return e.render(&table{notes: []string{fmt.Sprintf("tenant %s: memory quota %s, compute quota %d%%", t.Name, mib(t.MemoryMiB), t.ComputePercent)}}, t)
+			return e.render(&table{notes: []string{fmt.Sprintf("tenant %s: memory quota %s, compute quota %s", t.Name, memQuota(t.MemoryMiB), computeQuota(t.ComputePercent))}}, t)
 		}}
 	tput.Flags().IntVar(&quotaMem, "memory-mib", 0, "GPU memory quota in MiB (0 = none)")
 	tput.Flags().IntVar(&quotaComp, "compute", 0, "compute quota in percent of a GPU (0 = none)")
@@ -170,7 +170,7 @@ Stop a node's agent first: a running agent registers its node again.`,
 			}
 			t := &table{header: []string{"TENANT", "MEMORY QUOTA", "COMPUTE QUOTA"}}
 			for _, x := range ts {
-				t.add(x.Name, mib(x.MemoryMiB), x.ComputePercent)
+				t.add(x.Name, memQuota(x.MemoryMiB), computeQuota(x.ComputePercent))
 			}
 			return e.render(t, ts)
 		}}, &cobra.Command{Use: "rm NAME", Short: "Delete a tenant without live claims", Args: cobra.ExactArgs(1),
@@ -238,6 +238,35 @@ func devicesText(c api.Claim) string {
 		parts = append(parts, fmt.Sprintf("%s:%s %s %dMiB", d.Node, d.Device, d.Mode, d.MemoryMiB))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// reasonText is a claim's REASON column: why it waits or failed. Other
+// states' reasons only repeat the state ("released", "allocated: GPU-…
+// on host"), so they show as "-".
+func reasonText(c api.Claim) string {
+	if c.State != api.Pending && c.State != api.Failed {
+		return "-"
+	}
+	r := strings.TrimSpace(strings.TrimPrefix(c.Reason, string(c.State)+":"))
+	if r == "" || r == string(c.State) {
+		return "-"
+	}
+	return r
+}
+
+// memQuota and computeQuota show a tenant's quota; 0 means no limit.
+func memQuota(m int64) string {
+	if m <= 0 {
+		return "no limit"
+	}
+	return mib(m)
+}
+
+func computeQuota(p int) string {
+	if p <= 0 {
+		return "no limit"
+	}
+	return fmt.Sprintf("%d%%", p)
 }
 
 func short(s string, n int) string {
