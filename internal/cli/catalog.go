@@ -38,9 +38,22 @@ func catalogGPUsCmd(e *env) *cobra.Command {
 				}
 				t.add(g.ID, g.Name, g.Arch, g.ComputeCapability, mib(g.MemoryMiB), orDash(g.SMs), migText, g.Confidence)
 			}
+			t.notes = append(t.notes, confidenceLegend...)
 			return e.render(t, gpus)
 		},
 	}
+}
+
+// confidenceLegend says what each confidence label means (see
+// internal/catalog's package documentation).
+var confidenceLegend = []string{
+	"CONFIDENCE says how far a model's facts are checked:",
+	"  verified     from a primary source: an NVIDIA document, NVIDIA source code or real nvidia-smi output",
+	"  inferred     derived from verified facts about a sister part (e.g. H200 placements from H100)",
+	"  unconfirmed  a datasheet value not yet checked against a primary source",
+	"  secondary    taken from a third-party page or repository",
+	"  unknown      no source gives the fact; it is shown as \"-\", never guessed",
+	"Sources: gpuslice catalog sources.",
 }
 
 func catalogProfilesCmd(e *env) *cobra.Command {
