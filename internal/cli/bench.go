@@ -55,7 +55,7 @@ counted), a static MIG layout and plain first-fit.`,
 				}
 			}
 			if e.format == "table" {
-				_, err := fmt.Fprint(e.out, packing.Summary(reports))
+				_, err := fmt.Fprint(e.out, packing.Summary(reports)+strings.Join(packing.SummaryLegend(), "\n")+"\n")
 				return err
 			}
 			return e.render(&table{}, reports)

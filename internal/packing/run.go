@@ -426,5 +426,26 @@ func Summary(reports []Report) string {
 	return b.String()
 }
 
+// SummaryLegend explains every column of Summary, one line each: the
+// notes printed under its table.
+func SummaryLegend() []string {
+	return []string{
+		"Columns (from gpuslice-plan on, each is the GPUs a method used for the mix; fewer is better):",
+		"  mix            the workload mix (gpuslice bench packing --mix NAME runs one)",
+		"  seed           the seed the mix's claims were drawn with (same mix and seed, same claims)",
+		"  claims         how many claims the mix gave for that seed",
+		"  LB             lower bound: the largest of total memory, compute or MIG slices ÷ one GPU's; no method can beat it",
+		"  isoLB          isolation-aware lower bound: LB that also gives every isolation group at least one device",
+		"  gpuslice-plan  gpuslice's allocator as a capacity plan uses it: knows every claim, biggest first",
+		"  gpuslice       the same allocator online: one claim at a time in arrival order, no look-ahead",
+		"  whole-gpu      one claim per GPU (a plain nvidia.com/gpu: 1)",
+		"  timeslice      the device plugin's time-slicing: N replicas per GPU, memory unchecked, tenants mixed;",
+		"                 \"N(k over)\": N GPUs, k of them promised more memory than they have",
+		"  static-mig     every GPU pre-partitioned into one fixed MIG layout; n/a on GPUs without MIG",
+		"  first-fit      whole-GPU first-fit on memory and compute, one tenant per GPU, arrival order",
+		"  ffd            first-fit decreasing: first-fit over the claims sorted as gpuslice-plan sorts them",
+	}
+}
+
 // width is a method's column width: its name, and room for "NN(N over)".
 func width(m Method) int { return max(len(m), 10) }
