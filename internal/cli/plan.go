@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/plan"
 	artifacts "github.com/gpuslice/gpuslice/internal/render"
 	"github.com/gpuslice/gpuslice/internal/spec"
@@ -129,11 +130,26 @@ func planTable(p *plan.Plan) *table {
 	t := &table{header: []string{"POOL", "INSTANCE", "GPU", "NODES", "GPUS USED", "LAYOUT / SHARING"}}
 	for _, pp := range p.Pools {
 		t.add(pp.Name, orDashS(pp.InstanceType), pp.GPU, pp.Nodes, fmt.Sprintf("%d/%d", pp.GPUsUsed, pp.Nodes*pp.GPUsPerNode), "")
-		for _, g := range pp.GPUs {
+		// Consecutive idle GPUs of a node with the same layout share one
+		// row: "node/1-7".
+		for i := 0; i < len(pp.GPUs); i++ {
+			g := pp.GPUs[i]
 			if len(g.Claims) == 0 && len(g.Instances) == 0 {
 				continue
 			}
-			t.add("", "", fmt.Sprintf("  %s/%d", g.Node, g.Index), "", "", gpuText(g))
+			text, last := gpuText(g), g.Index
+			for !gpuUsed(g) && i+1 < len(pp.GPUs) {
+				n := pp.GPUs[i+1]
+				if n.Node != g.Node || n.Index != last+1 || gpuUsed(n) || gpuText(n) != text {
+					break
+				}
+				i, last = i+1, n.Index
+			}
+			where := fmt.Sprintf("  %s/%d", g.Node, g.Index)
+			if last != g.Index {
+				where += fmt.Sprintf("-%d", last)
+			}
+			t.add("", "", where, "", "", text)
 		}
 	}
 	t.notes = append(t.notes, "")
@@ -149,9 +165,20 @@ func planTable(p *plan.Plan) *table {
 		t.notes = append(t.notes, fmt.Sprintf("  %s[%d] UNPLACED: %s", u.Workload, u.Replica, u.Reason))
 	}
 	c := p.Cost
-	t.notes = append(t.notes, "", fmt.Sprintf("COST  %d GPUs, $%.2f/h   dedicated whole GPUs: %d GPUs, $%.2f/h", c.GPUs, c.PerHour, c.DedicatedGPUs, c.DedicatedPerHour))
+	used := 0
+	for _, pp := range p.Pools {
+		used += pp.GPUsUsed
+	}
+	t.notes = append(t.notes, "", fmt.Sprintf("COST  %d GPUs bought (%d in use), $%.2f/h   dedicated whole GPUs: %d GPUs needed, $%.2f/h", c.GPUs, used, c.PerHour, c.DedicatedGPUs, c.DedicatedPerHour))
 	if c.DedicatedPerHour > 0 && c.Known {
-		t.notes = append(t.notes, fmt.Sprintf("      saves $%.2f/h (%.0f%%)", c.DedicatedPerHour-c.PerHour, 100*(c.DedicatedPerHour-c.PerHour)/c.DedicatedPerHour))
+		switch saved := c.DedicatedPerHour - c.PerHour; {
+		case saved >= 0.005:
+			t.notes = append(t.notes, fmt.Sprintf("      saves $%.2f/h (%.0f%%)", saved, 100*saved/c.DedicatedPerHour))
+		case saved > -0.005:
+			t.notes = append(t.notes, fmt.Sprintf("      no saving at this size: nodes are bought whole, so dedicated whole GPUs cost the same; sharing leaves %d of the %d GPUs bought free for more replicas", c.GPUs-used, c.GPUs))
+		default:
+			t.notes = append(t.notes, fmt.Sprintf("      costs $%.2f/h more than dedicated whole GPUs", -saved))
+		}
 	}
 	if !c.Known {
 		t.notes = append(t.notes, "      some prices are unknown: totals cover priced pools only")
@@ -169,11 +196,61 @@ func gpuText(g plan.GPUPlan) string {
 	if !g.MIG {
 		return fmt.Sprintf("whole, %s: %s", sharingText(g.Sharing.Mode, g.Sharing.Replicas, g.Sharing.MaxClients), strings.Join(g.Claims, " "))
 	}
-	var parts []string
+	// Instances of one profile and sharing, all idle or all in use, are
+	// collapsed into one part: "7× 1g.5gb idle", "2× 3g.20gb exclusive:
+	// a-0 a-1"; a lone instance keeps its start ("3g.20gb@4 exclusive: a-0").
+	// Every instance's start is in -o yaml and in PLACEMENTS.
+	type group struct {
+		profile, sharing string
+		start, n         int
+		claims           []string
+		used             bool
+	}
+	var groups []*group
 	for _, in := range g.Instances {
-		parts = append(parts, fmt.Sprintf("%s@%d %s [%s]", in.Profile, in.Start, sharingText(in.Sharing.Mode, in.Sharing.Replicas, in.Sharing.MaxClients), strings.Join(in.Claims, " ")))
+		sh, used := sharingText(in.Sharing.Mode, in.Sharing.Replicas, in.Sharing.MaxClients), len(in.Claims) > 0
+		var gr *group
+		for _, x := range groups {
+			if x.profile == in.Profile && x.sharing == sh && x.used == used {
+				gr = x
+			}
+		}
+		if gr == nil {
+			gr = &group{profile: in.Profile, sharing: sh, start: in.Start, used: used}
+			groups = append(groups, gr)
+		}
+		gr.n++
+		gr.claims = append(gr.claims, in.Claims...)
+	}
+	var parts []string
+	for _, gr := range groups {
+		name := fmt.Sprintf("%d× %s", gr.n, gr.profile)
+		if gr.n == 1 {
+			name = fmt.Sprintf("%s@%d", gr.profile, gr.start)
+		}
+		switch {
+		case gr.used:
+			parts = append(parts, fmt.Sprintf("%s %s: %s", name, gr.sharing, strings.Join(gr.claims, " ")))
+		case gr.sharing == string(alloc.Dynamic):
+			parts = append(parts, name+" idle")
+		default:
+			parts = append(parts, fmt.Sprintf("%s %s idle", name, gr.sharing))
+		}
 	}
 	return "MIG " + strings.Join(parts, "; ")
+}
+
+// gpuUsed reports whether any claim is on the GPU.
+func gpuUsed(g plan.GPUPlan) bool {
+	if len(g.Claims) > 0 {
+		return true
+	}
+	for _, in := range g.Instances {
+		if len(in.Claims) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func sharingText(mode any, replicas, clients int) string {
