@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
@@ -23,31 +21,7 @@ import (
 // test fails.
 func serveMustExit(t *testing.T, dir string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeChild$")
-	cmd.Env = append(os.Environ(), "GPUSLICE_SERVE_CHILD=serve --listen "+freePort(t)+" --data-dir "+dir+" --simulate dgx-h100 --node crashnode")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return exit.ExitCode(), logs.String()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0, logs.String()
-	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("serve on %s did not refuse to start:\n%s", dir, logs.String())
-		return 0, ""
-	}
+	return gsRun(t, "serve", "--listen", freePort(t), "--data-dir", dir, "--simulate", "dgx-h100", "--node", "crashnode")
 }
 
 // stopServe ends a server with SIGTERM and expects a clean exit.
