@@ -5,6 +5,7 @@
 #   ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/v1.36.3/
 #     etcd                          go.etcd.io/etcd/server/v3 (version pinned by test/controlplane/go.mod)
 #     kube-apiserver                k8s.io/kubernetes/cmd/kube-apiserver v1.36.3
+#     kube-scheduler                k8s.io/kubernetes/cmd/kube-scheduler v1.36.3
 #     karpenter.sh_nodepools.yaml   CRDs copied from the Go module sigs.k8s.io/karpenter
 #     karpenter.sh_nodeclaims.yaml
 #
@@ -48,7 +49,7 @@ grep -q "k8s.io/kubernetes $K8S_VERSION\$" "$tools/go.mod" ||
 mkdir -p "$dir" || die "cannot create $dir"
 
 complete() {
-  [ -x "$dir/etcd" ] && [ -x "$dir/kube-apiserver" ] &&
+  [ -x "$dir/etcd" ] && [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kube-scheduler" ] &&
     [ -s "$dir/karpenter.sh_nodepools.yaml" ] && [ -s "$dir/karpenter.sh_nodeclaims.yaml" ]
 }
 
@@ -89,22 +90,33 @@ if [ ! -x "$dir/etcd" ]; then
   gobuild etcd go.etcd.io/etcd/server/v3 -ldflags "-s -w"
 fi
 
-if [ ! -x "$dir/kube-apiserver" ]; then
-  v=k8s.io/component-base/version
-  major="${K8S_VERSION#v}"
-  minor="${major#*.}"
+buildk8s() { # buildk8s NAME: k8s.io/kubernetes/cmd/NAME stamped with K8S_VERSION
+  local name="$1" v=k8s.io/component-base/version
+  local major="${K8S_VERSION#v}"
+  local minor="${major#*.}"
   major="${major%%.*}"
   minor="${minor%%.*}"
-  gobuild kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver -ldflags \
+  gobuild "$name" "k8s.io/kubernetes/cmd/$name" -ldflags \
     "-s -w -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=$major -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
-  got="$("$dir/kube-apiserver" --version 2>&1 || true)"
+  local got
+  got="$("$dir/$name" --version 2>&1 || true)"
   case "$got" in
     *"$K8S_VERSION"*) ;;
     *)
-      rm -f "$dir/kube-apiserver"
-      die "built kube-apiserver reports '$got', want $K8S_VERSION"
+      rm -f "$dir/$name"
+      die "built $name reports '$got', want $K8S_VERSION"
       ;;
   esac
+}
+
+if [ ! -x "$dir/kube-apiserver" ]; then
+  buildk8s kube-apiserver
+fi
+
+# The stock scheduler: render tests bind rendered pods and allocate rendered
+# DRA claims with it, as a cluster would.
+if [ ! -x "$dir/kube-scheduler" ]; then
+  buildk8s kube-scheduler
 fi
 
 if [ ! -s "$dir/karpenter.sh_nodepools.yaml" ] || [ ! -s "$dir/karpenter.sh_nodeclaims.yaml" ]; then

@@ -46,7 +46,7 @@ const (
 )
 
 // requiredFiles must all be in the binary directory.
-var requiredFiles = []string{"etcd", "kube-apiserver", "karpenter.sh_nodepools.yaml", "karpenter.sh_nodeclaims.yaml"}
+var requiredFiles = []string{"etcd", "kube-apiserver", "kube-scheduler", "karpenter.sh_nodepools.yaml", "karpenter.sh_nodeclaims.yaml"}
 
 // RuntimeConfig is the --runtime-config kube-apiserver runs with: every
 // version of resource.k8s.io that 1.36 can serve.
