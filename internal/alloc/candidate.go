@@ -185,12 +185,18 @@ func (s *State) shareFor(mode Mode, compute int, sh Sharing) Sharing {
 }
 
 // promise is what a request gets on a device of this size and sharing.
-func promise(r *Request, mode Mode, memMiB int64, compute int, sh Sharing) (int64, int) {
+// A shared request with no memory is promised the GPU's default share
+// (defShare: its memory over the fleet's default replicas, 1/16 unless the
+// policy says otherwise) wherever it lands, whole GPU or MIG instance, so
+// the amount does not depend on placement; a device set up for fewer
+// clients gives its larger equal share, an MPS device with a pinned-memory
+// limit gives that limit. A device smaller than the share does not fit.
+func promise(r *Request, mode Mode, memMiB int64, compute int, sh Sharing, defShare int64) (int64, int) {
 	switch mode {
 	case TimeSlice:
 		mem := r.MemoryMiB
 		if mem == 0 {
-			mem = memMiB / int64(max(sh.Replicas, 1))
+			mem = max(defShare, memMiB/int64(max(sh.Replicas, 1)))
 		}
 		return mem, r.ComputePercent
 	case MPS:
@@ -198,12 +204,22 @@ func promise(r *Request, mode Mode, memMiB int64, compute int, sh Sharing) (int6
 		if mem == 0 {
 			mem = sh.DefaultPinnedMiB
 			if mem == 0 {
-				mem = memMiB / int64(max(sh.MaxClients, 1))
+				mem = max(defShare, memMiB/int64(max(sh.MaxClients, 1)))
 			}
 		}
 		return mem, r.ComputePercent
 	}
 	return memMiB, compute
+}
+
+// defShare is what a shared request with no memory is promised on GPU gi:
+// the GPU's memory divided by the fleet's default time-slicing replicas.
+func (s *State) defShare(gi int) int64 {
+	r := s.policy.DefaultReplicas
+	if r <= 0 {
+		r = DefaultReplicas
+	}
+	return s.gpus[gi].model.MemoryMiB / int64(r)
 }
 
 // modeFits says whether an idle device configured with sh may serve mode.
@@ -252,7 +268,7 @@ func (s *State) tryJoin(n *need, di int, ch choice, rank int) (cand, reason) {
 	case !tenancyAllows(d, n.claim.Tenant, n.iso):
 		return cand{}, rIsolation
 	}
-	mem, comp := promise(n.req, ch.mode, d.memMiB, d.compute, d.sharing)
+	mem, comp := promise(n.req, ch.mode, d.memMiB, d.compute, d.sharing, s.defShare(d.gpu))
 	switch {
 	case d.usedMem+mem > d.memMiB:
 		return cand{}, rMemory
@@ -327,7 +343,7 @@ func (s *State) finishNew(n *need, ch choice, rank int, c cand, memMiB int64, co
 	if n.wantComp() > compute {
 		return cand{}, rCompute
 	}
-	mem, comp := promise(n.req, ch.mode, memMiB, compute, sh)
+	mem, comp := promise(n.req, ch.mode, memMiB, compute, sh, s.defShare(c.gpu))
 	if mem > memMiB {
 		return cand{}, rMemory
 	}

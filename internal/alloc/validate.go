@@ -69,7 +69,7 @@ func validateClaim(c *Claim, compile func(string) error) error {
 		}
 		total += count
 		if r.MemoryMiB < 0 || r.MemoryMiB > maxMemoryMiB {
-			bad(f("memoryMiB"), "%d: want 0..%d (0 = an equal share of the device)", r.MemoryMiB, maxMemoryMiB)
+			bad(f("memoryMiB"), "%d: want 0..%d (0 = the whole device, or for time-slicing and MPS 1/16 of the GPU's memory)", r.MemoryMiB, maxMemoryMiB)
 		}
 		if r.ComputePercent < 0 || r.ComputePercent > 100 {
 			bad(f("computePercent"), "%d: want 0..100 (percent of one whole GPU)", r.ComputePercent)

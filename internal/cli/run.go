@@ -263,7 +263,7 @@ released and run fails.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&memory, "memory", "", "GPU memory, e.g. 10GiB (default: an equal share of the device)")
+	f.StringVar(&memory, "memory", "", "GPU memory, e.g. 10GiB (default: shared modes 1/16 of the GPU's memory, exclusive and MIG the whole device)")
 	f.IntVar(&compute, "compute", 0, "percent of a GPU's SMs (MPS enforces it)")
 	f.StringVar(&mode, "mode", "auto", "auto, exclusive, timeslice, mps or mig")
 	f.StringVar(&profile, "profile", "", "a MIG profile such as 1g.10gb")

@@ -140,7 +140,7 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func serveCmd(e *env) *cobra.Command {
 	var listen, dataDir, storeKind, simulate, nodeName, tlsCert, tlsKey, placement, cdiDir string
 	var nodeTimeout, reserveAfter time.Duration
-	var maxQueued int
+	var maxQueued, defReplicas int
 	var noAgent, modeSwitch, selfSigned bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -191,7 +191,10 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				return fmt.Errorf("--store %q: want sqlite or memory", storeKind)
 			}
 			defer store.Close()
-			policy := alloc.Policy{Placement: placement, AllowModeSwitch: modeSwitch}
+			if defReplicas < 1 || defReplicas > 64 {
+				return fmt.Errorf("--default-replicas %d: want 1..%d", defReplicas, 64)
+			}
+			policy := alloc.Policy{Placement: placement, AllowModeSwitch: modeSwitch, DefaultReplicas: defReplicas}
 			if !cmd.Flags().Changed("allow-mode-switch") {
 				policy.AllowModeSwitch = dev.Info().Simulated // harmless on simulated GPUs
 			}
@@ -278,6 +281,8 @@ exists it refuses a database that is missing or empty instead of starting afresh
 	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "and this key")
 	cmd.Flags().BoolVar(&selfSigned, "tls-self-signed", false, "serve HTTPS with a self-signed certificate kept in the data directory (made on first use); clients pass it as --ca")
 	cmd.Flags().StringVar(&placement, "placement", "binpack", "binpack or spread")
+	cmd.Flags().IntVar(&defReplicas, "default-replicas", alloc.DefaultReplicas,
+		"time-slicing replicas of a device the allocator sets up; a shared claim with no memory is promised the GPU's memory divided by this")
 	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 30*time.Second, "mark a node lost after this long without a heartbeat")
 	cmd.Flags().DurationVar(&reserveAfter, "reserve-after", 5*time.Minute, "after a queued claim waits this long, a node is held for it: claims behind it of its priority or lower go elsewhere; negative: always backfill")
 	cmd.Flags().IntVar(&maxQueued, "max-queued", 1000, "most claims a tenant may have waiting; past it a claim that would wait is refused with 429 (negative: no bound)")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/catalog"
 )
 
 // Stopping serve and starting it again on simulated GPUs keeps a running
@@ -46,6 +47,32 @@ func TestServeRestartKeepsRunningMIGClaimOnSimulatedGPUs(t *testing.T) {
 	if code, err := apiCall(addr, token, "POST", "/v1/claims/"+c.ID+"/running", nil, nil); err != nil || code != 200 {
 		t.Fatalf("running: %d %v", code, err)
 	}
+	// A time-sliced claim with no memory is promised the GPU's default
+	// share (1/16 of its memory), and keeps that promise across a restart.
+	shareReq := map[string]any{"tenant": "default", "requests": []alloc.Request{{Name: "gpu", Mode: alloc.TimeSlice}}}
+	var sc api.Claim
+	if code, err := apiCall(addr, token, "POST", "/v1/claims", shareReq, &sc); err != nil || code != 201 {
+		t.Fatalf("create shared: %d %v", code, err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); sc.Allocation == nil || alloc.IsPlanned(sc.Allocation.Devices[0].Device); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shared claim was never placed: %+v", sc)
+		}
+		if _, err := apiCall(addr, token, "GET", "/v1/claims/"+sc.ID, nil, &sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shareDev, shareMiB := sc.Allocation.Devices[0].Device, sc.Allocation.Devices[0].MemoryMiB
+	var before api.Node
+	if _, err := apiCall(addr, token, "GET", "/v1/nodes/crashnode", nil, &before); err != nil {
+		t.Fatal(err)
+	}
+	if want := defaultShareMiB(t, before); shareMiB != want {
+		t.Fatalf("a time-sliced claim with no memory was promised %d MiB on %s, want the GPU's 1/16: %d MiB", shareMiB, shareDev, want)
+	}
+	if code, err := apiCall(addr, token, "POST", "/v1/claims/"+sc.ID+"/running", nil, nil); err != nil || code != 200 {
+		t.Fatalf("running shared: %d %v", code, err)
+	}
 	_ = child.Process.Signal(syscall.SIGTERM)
 	_ = child.Wait()
 
@@ -81,4 +108,25 @@ func TestServeRestartKeepsRunningMIGClaimOnSimulatedGPUs(t *testing.T) {
 	if after.State != api.Running || after.Allocation == nil || after.Allocation.Devices[0].Device != device {
 		t.Fatalf("after a restart the running claim is %s on %v (reason %q), want running on %s", after.State, after.Allocation, after.Reason, device)
 	}
+	if _, err := apiCall(addr, token, "GET", "/v1/claims/"+sc.ID, nil, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.State != api.Running || after.Allocation == nil || after.Allocation.Devices[0].Device != shareDev ||
+		after.Allocation.Devices[0].MemoryMiB != shareMiB {
+		t.Fatalf("after a restart the shared claim is %s on %v, want running on %s with %d MiB", after.State, after.Allocation, shareDev, shareMiB)
+	}
+}
+
+// defaultShareMiB is 1/16 of the memory of the node's first GPU model, as
+// the catalog gives it.
+func defaultShareMiB(t *testing.T, n api.Node) int64 {
+	t.Helper()
+	if len(n.Inventory.GPUs) == 0 {
+		t.Fatal("node has no GPUs")
+	}
+	m, err := catalog.Default().GPU(n.Inventory.GPUs[0].Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.MemoryMiB / 16
 }
