@@ -272,7 +272,11 @@ exists it refuses a database that is missing or empty instead of starting afresh
 			}
 		},
 	}
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:7777", "address to listen on")
+	defListen := "127.0.0.1:7777"
+	if l := os.Getenv("GPUSLICE_LISTEN"); l != "" {
+		defListen = l
+	}
+	cmd.Flags().StringVar(&listen, "listen", defListen, "address to listen on (env GPUSLICE_LISTEN)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where the database and tokens live")
 	cmd.Flags().StringVar(&storeKind, "store", "sqlite", "sqlite (durable) or memory")
 	cmd.Flags().StringVar(&simulate, "simulate", "", "simulate GPUs: a preset ("+strings.Join(fake.Presets(), ", ")+") or a YAML file")

@@ -1,0 +1,506 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestREADMEWalk walks the README as a new user would: it builds the
+// binary with the README's own command, starts `./gpuslice serve` on a
+// fresh home directory (simulated GPUs), and runs every command of every
+// ```sh block in order with sh, checking that each exits 0 and that its
+// output shows what the README says next to it. A command the walk does
+// not know, or one it knows that the README no longer has, fails the test:
+// the README and this walk change together.
+//
+// Two substitutions are made, both about where things are rather than
+// what they do: serve listens on a free port (GPUSLICE_LISTEN, with
+// GPUSLICE_SERVER for the CLI, and the curl line's localhost:7777), and
+// the agent line gets the secret the line before it printed.
+func TestREADMEWalk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs the README")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := readmeCommands(t, filepath.Join(root, "README.md"))
+
+	tmp := t.TempDir()
+	work := filepath.Join(tmp, "work")
+	home := filepath.Join(tmp, "home")
+	for _, d := range []string{work, home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(root, "examples"), filepath.Join(work, "examples")); err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	env := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "GPUSLICE_LISTEN=" + addr,
+		"GPUSLICE_SERVER=http://" + addr, "GOCACHE=" + goEnv(t, "GOCACHE"), "GOMODCACHE=" + goEnv(t, "GOMODCACHE"),
+		"GOFLAGS=" + os.Getenv("GOFLAGS"), "GOTOOLCHAIN=local"}
+
+	w := &walk{t: t, work: work, env: env, addr: addr}
+	defer w.stop()
+	seen := map[string]bool{}
+	for _, l := range lines {
+		seen[l.raw] = true
+		step, ok := readmeSteps[l.raw]
+		if !ok {
+			t.Errorf("README.md:%d: the walk does not know %q: add it to readmeSteps with what its output must show", l.line, l.raw)
+			continue
+		}
+		if step.skip != "" {
+			t.Logf("README.md:%d: skipped %q: %s", l.line, l.cmd, step.skip)
+			continue
+		}
+		t.Logf("README.md:%d: %s", l.line, l.cmd)
+		cmd := l.cmd
+		if step.rewrite != nil {
+			cmd = step.rewrite(w, cmd)
+		}
+		if step.background {
+			w.start(l, cmd, step)
+			continue
+		}
+		if step.before != nil {
+			step.before(w)
+		}
+		out := w.run(l, cmd, root)
+		for _, want := range step.want {
+			if !strings.Contains(out, want) {
+				t.Errorf("README.md:%d: %s: output lacks %q:\n%s", l.line, l.cmd, want, out)
+			}
+		}
+		if step.check != nil {
+			if err := step.check(w, out); err != nil {
+				t.Errorf("README.md:%d: %s: %v\n%s", l.line, l.cmd, err, out)
+			}
+		}
+	}
+	for raw := range readmeSteps {
+		if !seen[raw] {
+			t.Errorf("the walk knows %q, which the README no longer has: remove it from readmeSteps", raw)
+		}
+	}
+}
+
+// readmeLine is one command of a ```sh block.
+type readmeLine struct {
+	line int
+	raw  string // the line as written, trimmed
+	cmd  string // without its comment
+}
+
+// readmeCommands returns every command line of the README's ```sh blocks.
+func readmeCommands(t *testing.T, path string) []readmeLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []readmeLine
+	in := false
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		text := sc.Text()
+		switch {
+		case strings.HasPrefix(text, "```sh"):
+			in = true
+			continue
+		case strings.HasPrefix(text, "```"):
+			in = false
+			continue
+		case !in:
+			continue
+		}
+		cmd := strings.TrimSpace(stripShellComment(text))
+		if cmd == "" {
+			continue
+		}
+		out = append(out, readmeLine{line: n, raw: strings.TrimSpace(text), cmd: cmd})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// stripShellComment cuts a line at a '#' that starts a shell comment: at
+// the start of the line or after a blank, outside quotes.
+func stripShellComment(s string) string {
+	var quote rune
+	prevBlank := true
+	for i, r := range s {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			}
+		case r == '\'' || r == '"':
+			quote = r
+		case r == '#' && prevBlank:
+			return s[:i]
+		}
+		prevBlank = r == ' ' || r == '\t'
+	}
+	return s
+}
+
+// readmeStep is what the walk does with one README line.
+type readmeStep struct {
+	skip       string   // why the walk does not run it
+	background bool     // starts a long-running process (serve, agent)
+	want       []string // substrings the output must contain
+	check      func(w *walk, out string) error
+	rewrite    func(w *walk, cmd string) string
+	before     func(w *walk)
+	ready      func(w *walk) error // for background steps: when it is up
+}
+
+// walk is the state of one README walk.
+type walk struct {
+	t          *testing.T
+	work, addr string
+	env        []string
+	procs      []*exec.Cmd
+	agent      *exec.Cmd
+	agentToken string
+}
+
+func (w *walk) run(l readmeLine, cmd, root string) string {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, "sh", "-c", cmd)
+	c.Dir, c.Env = w.work, w.env
+	if strings.HasPrefix(cmd, "go build") {
+		c.Dir = root
+		c.Args[2] = strings.Replace(cmd, "-o gpuslice", "-o "+filepath.Join(w.work, "gpuslice"), 1)
+	}
+	out, err := c.CombinedOutput()
+	if err != nil {
+		w.t.Fatalf("README.md:%d: %s: %v\n%s", l.line, l.cmd, err, out)
+	}
+	return string(out)
+}
+
+func (w *walk) start(l readmeLine, cmd string, step readmeStep) {
+	w.t.Helper()
+	c := exec.Command("sh", "-c", "exec "+cmd)
+	c.Dir, c.Env = w.work, w.env
+	logs := &syncBuffer{}
+	c.Stdout, c.Stderr = logs, logs
+	if err := c.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	w.procs = append(w.procs, c)
+	if strings.Contains(cmd, " agent ") {
+		w.agent = c
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := step.ready(w)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("README.md:%d: %s did not come up: %v\n%s", l.line, l.cmd, err, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (w *walk) stop() {
+	for _, c := range w.procs {
+		if c.ProcessState == nil {
+			_ = c.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = c.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = c.Process.Kill()
+				<-done
+			}
+		}
+	}
+}
+
+// gs runs the built binary (not a README line) and returns its output.
+func (w *walk) gs(args ...string) (string, error) {
+	c := exec.Command(filepath.Join(w.work, "gpuslice"), args...)
+	c.Dir, c.Env = w.work, w.env
+	out, err := c.CombinedOutput()
+	return string(out), err
+}
+
+func goEnv(t *testing.T, name string) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", name).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+var (
+	gpuUUID  = regexp.MustCompile(`(?m)^GPU-[0-9a-f-]{36}$`)
+	migUUID  = regexp.MustCompile(`(?m)^MIG-[0-9a-f-]{36}$`)
+	agentTok = regexp.MustCompile(`gs_a_[0-9a-f]+`)
+)
+
+// serveUpAt says whether serve answers /healthz.
+func serveUpAt(w *walk) error {
+	resp, err := http.Get("http://" + w.addr + "/healthz")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("healthz: %s", resp.Status)
+	}
+	return nil
+}
+
+// nodeRows is `nodes ls -o json` as node name → GPUs and state.
+func nodeRows(w *walk) (map[string]string, error) {
+	out, err := w.gs("nodes", "ls", "-o", "json")
+	if err != nil {
+		return nil, fmt.Errorf("%v: %s", err, out)
+	}
+	var nodes []struct {
+		Name      string `json:"name"`
+		State     string `json:"state"`
+		Inventory struct {
+			GPUs []struct {
+				Model string `json:"model"`
+			} `json:"gpus"`
+		} `json:"inventory"`
+	}
+	if err := json.Unmarshal([]byte(out), &nodes); err != nil {
+		return nil, fmt.Errorf("nodes ls -o json: %v: %s", err, out)
+	}
+	m := map[string]string{}
+	for _, n := range nodes {
+		model := ""
+		if len(n.Inventory.GPUs) > 0 {
+			model = n.Inventory.GPUs[0].Model
+		}
+		m[n.Name] = fmt.Sprintf("%s %d×%s", n.State, len(n.Inventory.GPUs), model)
+	}
+	return m, nil
+}
+
+// readmeSteps is every README command line, as written, and what the
+// walk does with it.
+var readmeSteps = map[string]readmeStep{
+	"go run ./cmd/gpuslice serve": {skip: "the same server as `./gpuslice serve`, which the walk starts below"},
+	"./scripts/test.sh":           {skip: "the command that runs this test"},
+	"go build -o gpuslice ./cmd/gpuslice": {check: func(w *walk, _ string) error {
+		_, err := os.Stat(filepath.Join(w.work, "gpuslice"))
+		return err
+	}},
+	"./gpuslice serve                      # or: --simulate dgx-h100 | l4x4 | mixed | my-machine.yaml": {
+		background: true, ready: serveUpAt,
+	},
+	"./gpuslice nodes ls                   # your host, 8 simulated A100s": {
+		want: []string{"8×A100-40GB", "(simulated)", "ready"},
+	},
+	"./gpuslice run --memory 10GiB --compute 25 -- sh -c 'echo $CUDA_VISIBLE_DEVICES'": {
+		want: []string{"allocated:", "timeslice 10240MiB"},
+		check: func(_ *walk, out string) error {
+			if !gpuUUID.MatchString(out) {
+				return fmt.Errorf("CMD did not print a GPU uuid as CUDA_VISIBLE_DEVICES")
+			}
+			return nil
+		},
+	},
+	"./gpuslice run --mode mig --profile 3g.20gb -- sh -c 'echo $CUDA_VISIBLE_DEVICES'": {
+		want: []string{" mig 19968MiB"},
+		check: func(_ *walk, out string) error {
+			if !migUUID.MatchString(out) {
+				return fmt.Errorf("CMD did not see a MIG uuid")
+			}
+			return nil
+		},
+	},
+	"./gpuslice run --mode mps --memory 4GiB --compute 30 -- env | grep CUDA_MPS": {
+		want: []string{"CUDA_MPS_PIPE_DIRECTORY=", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=", "=4096M"},
+	},
+	"./gpuslice run --memory 8GiB -- sleep 10       # on simulated GPUs a running claim gets a simulated": {
+		want: []string{"timeslice 8192MiB"},
+	},
+	"./gpuslice usage                                #   process: usage shows GPU- and MiB-seconds, and": {
+		want: []string{"GPU-SECONDS", "MIB-SECONDS", "SM-SECONDS", "default"},
+		check: func(_ *walk, out string) error {
+			// The default tenant ran claims for more than ten seconds.
+			for _, l := range strings.Split(out, "\n") {
+				f := strings.Fields(l)
+				if len(f) >= 7 && f[0] == "default" {
+					var gpuSeconds float64
+					if _, err := fmt.Sscan(f[4], &gpuSeconds); err != nil || gpuSeconds < 10 {
+						return fmt.Errorf("GPU-seconds %q, want at least 10 after `sleep 10`", f[4])
+					}
+					return nil
+				}
+			}
+			return fmt.Errorf("no row for tenant default")
+		},
+	},
+	"./gpuslice claims ls": {
+		check: func(_ *walk, out string) error {
+			rows := strings.Split(strings.TrimSpace(out), "\n")
+			if len(rows) != 5 { // header + the four claims run above
+				return fmt.Errorf("%d rows, want a header and the 4 claims run above", len(rows))
+			}
+			for _, r := range rows[1:] {
+				if !strings.Contains(r, " released ") {
+					return fmt.Errorf("a claim whose CMD ended is not released: %s", r)
+				}
+			}
+			return nil
+		},
+	},
+	"./gpuslice tenants put research --memory-mib 40960      # a tenant with a quota": {
+		want: []string{"tenant research", "memory quota 40960 MiB"},
+	},
+	"./gpuslice tokens create --role tenant --tenant research  # its token: sees only its claims": {
+		want: []string{"(tenant research)", "gs_t_"},
+	},
+	`curl -s -H "Authorization: Bearer $(cat ~/.local/share/gpuslice/admin.token)" localhost:7777/metrics | grep gpuslice_`: {
+		rewrite: func(w *walk, cmd string) string { return strings.Replace(cmd, "localhost:7777", w.addr, 1) },
+		want:    []string{"gpuslice_allocation_latency_seconds", "gpuslice_"},
+	},
+	"./gpuslice plan examples/compose-timeslicing.yaml": {want: []string{"GPUS"}},
+	"./gpuslice plan examples/compose-mig.yaml -o yaml": {
+		check: func(_ *walk, out string) error {
+			if !strings.Contains(out, "placements:") && !strings.Contains(out, "pools:") {
+				return fmt.Errorf("not a plan in YAML")
+			}
+			return nil
+		},
+	},
+	"./gpuslice plan examples/gpuslice.yaml          # pools, tenants with quotas, MIG, constraints": {want: []string{"GPUS"}},
+	"./gpuslice render examples/gpuslice.yaml --target karpenter      # also: dra, kubernetes,": {
+		want: []string{"kind: NodePool", "karpenter.sh/v1"},
+	},
+	"./gpuslice schema > gpuslice.schema.json        # for editors (yaml-language-server)": {
+		check: func(w *walk, _ string) error {
+			b, err := os.ReadFile(filepath.Join(w.work, "gpuslice.schema.json"))
+			if err != nil {
+				return err
+			}
+			var v map[string]any
+			if err := json.Unmarshal(b, &v); err != nil {
+				return fmt.Errorf("the schema is not JSON: %v", err)
+			}
+			return nil
+		},
+	},
+	"./gpuslice catalog gpus                          # models, memory, SMs, MIG, confidence of each fact": {
+		want: []string{"A100-40GB", "CONFIDENCE", "MIG"},
+	},
+	`./gpuslice catalog profiles "NVIDIA H100 80GB HBM3"`: {want: []string{"1g.10gb", "7g.80gb"}},
+	"./gpuslice catalog instances --provider aws      # with prices and their date": {want: []string{"p4d.24xlarge"}},
+	"./gpuslice mig layouts A100-40GB                 # the 38 maximal layouts": {
+		want: []string{"38 maximal layouts on A100-40GB"},
+		check: func(_ *walk, out string) error {
+			n := 0
+			for _, l := range strings.Split(out, "\n") {
+				if f := strings.Fields(l); len(f) > 0 && f[0] != "#" && strings.Contains(l, "@") {
+					n++
+				}
+			}
+			if n != 38 {
+				return fmt.Errorf("%d layouts listed, the README says 38", n)
+			}
+			return nil
+		},
+	},
+	"./gpuslice mig fit A100-40GB 3g.20gb 2g.10gb 1g.5gb 1g.5gb": {want: []string{"capacity left 0"}},
+	"./gpuslice mig evict A100-40GB --have 3g.20gb@0,1g.5gb@4,1g.5gb@5,1g.5gb@6 --in-use 3g.20gb@0 --want 3g.20gb": {
+		want: []string{"1g.5gb@4,1g.5gb@5,1g.5gb@6", "3g.20gb@4"},
+	},
+	"./gpuslice bench packing                         # GPUs used vs lower bounds and today's baselines": {want: []string{"whole-gpu"}},
+	"./gpuslice bench dra --gpus 10000                # decisions/s against the upstream DRA allocator": {
+		want: []string{"10000 GPUs", "DECISIONS/S", "upstream"},
+	},
+	"./gpuslice serve --listen 0.0.0.0:7777 --tls-cert cert.pem --tls-key key.pem": {
+		skip: "needs a certificate of the user's own; TestServeMissingCertificateFails and TestServeSelfSignedTLS cover serve with TLS",
+	},
+	"./gpuslice tokens create --role agent --node gpu-1   # on the server: one token per host": {want: []string{"gs_a_", "(agent"}},
+	"./gpuslice agent --server https://server:7777 --token gs_a_… --node gpu-1   # on that GPU host": {
+		skip: "runs on a second host; TestSimulatedSecondHostOnOneMachine and the sim-1 lines below cover agents",
+	},
+	"./gpuslice serve --listen 0.0.0.0:7777 --tls-self-signed   # prints: self-signed TLS certificate ~/.local/share/gpuslice/tls-cert.pem, SHA-256 …": {
+		skip: "a second server on the same data directory; TestServeSelfSignedTLS runs it",
+	},
+	"./gpuslice agent --server https://server:7777 --ca tls-cert.pem --token gs_a_… --node gpu-1": {
+		skip: "runs on a second host against a TLS server; TestServeSelfSignedTLS covers --ca",
+	},
+	"./gpuslice nodes ls --server https://server:7777 --ca tls-cert.pem --token gs_…": {
+		skip: "needs the TLS server above; TestServeSelfSignedTLS covers --ca",
+	},
+	"./gpuslice tokens create --role agent --node sim-1": {
+		want: []string{"gs_a_"},
+		check: func(w *walk, out string) error {
+			w.agentToken = agentTok.FindString(out)
+			return nil
+		},
+	},
+	"./gpuslice agent --token gs_a_… --simulate l4x4 --node sim-1": {
+		background: true,
+		rewrite: func(w *walk, cmd string) string {
+			if w.agentToken == "" {
+				w.t.Fatal("no agent token from the line before")
+			}
+			return strings.Replace(cmd, "gs_a_…", w.agentToken, 1)
+		},
+		ready: func(w *walk) error {
+			rows, err := nodeRows(w)
+			if err != nil {
+				return err
+			}
+			if rows["sim-1"] != "ready 4×L4" {
+				return fmt.Errorf("sim-1 is %q, want ready with 4 L4s", rows["sim-1"])
+			}
+			return nil
+		},
+	},
+	"./gpuslice nodes ls                 # this host and sim-1": {want: []string{"sim-1", "4×L4", "8×A100-40GB"}},
+	"./gpuslice nodes rm sim-1           # after stopping its agent: deleted, its claims re-queued": {
+		before: func(w *walk) {
+			if w.agent == nil {
+				w.t.Fatal("no agent running")
+			}
+			_ = w.agent.Process.Signal(syscall.SIGTERM)
+			_ = w.agent.Wait()
+		},
+		check: func(w *walk, _ string) error {
+			rows, err := nodeRows(w)
+			if err != nil {
+				return err
+			}
+			if _, ok := rows["sim-1"]; ok || len(rows) != 1 {
+				return fmt.Errorf("after nodes rm sim-1 the nodes are %v, want only this host", rows)
+			}
+			return nil
+		},
+	},
+}
