@@ -416,7 +416,7 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice catalog gpus                          # models, memory, SMs, MIG, confidence of each fact": {
 		want: []string{"A100-40GB", "CONFIDENCE", "MIG"},
 	},
-	`./gpuslice catalog profiles "NVIDIA H100 80GB HBM3"`: {want: []string{"1g.10gb", "7g.80gb"}},
+	`./gpuslice catalog profiles "NVIDIA H100 80GB HBM3"`:                           {want: []string{"1g.10gb", "7g.80gb"}},
 	"./gpuslice catalog instances --provider aws      # with prices and their date": {want: []string{"p4d.24xlarge"}},
 	"./gpuslice mig layouts A100-40GB                 # the 38 maximal layouts": {
 		want: []string{"38 maximal layouts on A100-40GB"},
