@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
@@ -239,5 +240,40 @@ func TestServeStartsInFreshDataDir(t *testing.T) {
 	}
 	if ids := listClaims(t, addr, token); !ids[id] {
 		t.Errorf("after a restart the server lists %v, want %s", ids, id)
+	}
+}
+
+// `serve --store memory` on a directory that holds a SQLite store's
+// database and admin token refuses to start: its fresh tokens would
+// replace the ones the database's users hold.
+func TestServeMemoryStoreLeavesSQLiteTokensAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns servers")
+	}
+	dir := t.TempDir()
+	addr := freePort(t)
+	child := startServe(t, dir, addr)
+	stopServe(t, child)
+	before, err := os.ReadFile(filepath.Join(dir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := gsRun(t, "serve", "--store", "memory", "--listen", freePort(t), "--data-dir", dir, "--simulate", "dgx-h100", "--node", "crashnode")
+	if code == 0 || !strings.Contains(out, "--store memory") || !strings.Contains(out, "--data-dir") {
+		t.Fatalf("serve --store memory on a SQLite data directory: exit %d:\n%s", code, out)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "admin.token")); !bytes.Equal(before, after) {
+		t.Fatalf("admin.token changed: %q → %q", before, after)
+	}
+	// On a directory of its own it runs.
+	mem := t.TempDir()
+	c, logs := gsStart(t, "serve", "--store", "memory", "--listen", freePort(t), "--data-dir", mem, "--simulate", "dgx-h100", "--node", "m")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(mem, "admin.token")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) || c.ProcessState != nil {
+			t.Fatalf("serve --store memory did not start:\n%s", logs.String())
+		}
 	}
 }

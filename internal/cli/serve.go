@@ -186,6 +186,15 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				}
 				store = db
 			case "memory":
+				// A memory store writes its own admin and agent tokens to the
+				// data directory; over a SQLite store's they would lock its
+				// user out of the database they belong to.
+				for _, f := range []string{"gpuslice.db", "admin.token"} {
+					if _, err := os.Lstat(filepath.Join(dataDir, f)); err == nil {
+						return fmt.Errorf("--store memory: %s holds a SQLite store (%s); its tokens would be replaced. "+
+							"Pass --data-dir with another directory for a memory store", dataDir, f)
+					}
+				}
 				store = state.NewMemory()
 			default:
 				return fmt.Errorf("--store %q: want sqlite or memory", storeKind)
