@@ -46,6 +46,15 @@ func (s *State) AllocateAheadQuick(c *Claim, ahead []Claim) (*Allocation, error)
 }
 
 func (s *State) allocateAhead(c *Claim, ahead []Claim, explain bool) (*Allocation, error) {
+	a, err := s.sizeAhead(c, ahead, explain)
+	if err == nil {
+		a.Env = processEnv(a)
+	}
+	return a, err
+}
+
+// sizeAhead is allocateAhead without the process environment.
+func (s *State) sizeAhead(c *Claim, ahead []Claim, explain bool) (*Allocation, error) {
 	a, err := s.allocate(c, room{}, explain)
 	if err != nil || len(a.Devices) != 1 {
 		return a, err

@@ -20,11 +20,17 @@ const MPSPipeRoot = "/run/gpuslice/mps"
 // caller commits the answer with Apply. When nothing fits, the error is a
 // *NoFitError saying per node why.
 func (s *State) Allocate(c *Claim) (*Allocation, error) {
-	return s.allocate(c, room{}, true)
+	a, err := s.allocate(c, room{}, true)
+	if err == nil {
+		a.Env = processEnv(a)
+	}
+	return a, err
 }
 
 // allocate is Allocate asking a single-device claim's new device (one it
-// opens or creates, not one it joins) for room beyond the request. Without
+// opens or creates, not one it joins) for room beyond the request, and
+// leaving the process environment to the caller (only the answer kept
+// needs one). Without
 // explain, a claim that fits nowhere gets ErrNoFit instead of the costly
 // *NoFitError.
 func (s *State) allocate(c *Claim, extra room, explain bool) (*Allocation, error) {
@@ -55,7 +61,6 @@ func (s *State) allocate(c *Claim, extra room, explain bool) (*Allocation, error
 		}
 		sort.SliceStable(a.Devices, func(i, j int) bool { return rank[a.Devices[i].Request] < rank[a.Devices[j].Request] })
 	}
-	a.Env = processEnv(a)
 	return a, nil
 }
 

@@ -130,9 +130,21 @@ func compileSelector(expr string) (cel.Program, *cel.Ast, error) {
 // may be reused after an undone decision or a removed node, its generation
 // never), so answers are kept by generation and clones share the cache.
 type selectorCache struct {
-	mu   sync.Mutex
-	sels map[string]*compiled
-	gens atomic.Uint64
+	mu      sync.Mutex
+	sels    map[string]*compiled
+	gens    atomic.Uint64
+	classes map[string]int // node class key -> number (State.classOf)
+}
+
+func (c *selectorCache) classOf(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.classes[key]
+	if !ok {
+		n = len(c.classes)
+		c.classes[key] = n
+	}
+	return n
 }
 
 type compiled struct {
@@ -141,6 +153,8 @@ type compiled struct {
 	// plus 1 when it matches.
 	byDev   []uint64
 	virtual map[virtKey]bool
+	// byClass holds a class-level selector's answers by device class.
+	byClass map[classKey]bool
 	// classLevel is set when the expression reads only what every device
 	// of one index class shares: the device's shape (model, profile,
 	// memory, ...) and its node's labels and instance type (classes are
@@ -197,12 +211,22 @@ func classLevel(e celast.Expr) bool {
 	return false
 }
 
+// classKey is what a class-level selector can see of a device: its
+// model, MIG profile (-1: a whole GPU) and node class.
+type classKey struct {
+	model   string
+	profile int
+	class   int
+}
+
 type virtKey struct {
 	gpuGen  uint64
 	profile int
 }
 
-func newSelectorCache() *selectorCache { return &selectorCache{sels: map[string]*compiled{}} }
+func newSelectorCache() *selectorCache {
+	return &selectorCache{sels: map[string]*compiled{}, classes: map[string]int{}}
+}
 
 // nextGen hands out a generation for a new device or GPU.
 func (c *selectorCache) nextGen() uint64 { return c.gens.Add(1) }
@@ -217,7 +241,7 @@ func (c *selectorCache) get(expr string) (*compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := &compiled{prg: prg, virtual: map[virtKey]bool{}, classLevel: classLevel(ast.NativeRep().Expr())}
+	sc := &compiled{prg: prg, virtual: map[virtKey]bool{}, byClass: map[classKey]bool{}, classLevel: classLevel(ast.NativeRep().Expr())}
 	c.sels[expr] = sc
 	return sc, nil
 }
@@ -257,12 +281,31 @@ func (s *State) matchDevice(expr string, di int) bool {
 	}
 	s.sel.mu.Lock()
 	defer s.sel.mu.Unlock()
+	d := &s.devs[di]
+	if sc.classLevel {
+		g := &s.gpus[d.gpu]
+		k := classKey{model: g.model.ID, profile: -1, class: s.nodes[g.node].class}
+		if d.isMIG {
+			k.profile = d.profile
+		}
+		v, ok := sc.byClass[k]
+		if !ok {
+			if d.attrs == nil {
+				d.attrs = s.deviceAttrs(d)
+			}
+			v = sc.eval(d.attrs, s.nodes[g.node].attrs)
+			sc.byClass[k] = v
+		}
+		return v
+	}
 	for len(sc.byDev) <= di {
 		sc.byDev = append(sc.byDev, 0)
 	}
-	d := &s.devs[di]
 	if sc.byDev[di]>>1 != d.gen {
 		sc.byDev[di] = d.gen << 1
+		if d.attrs == nil {
+			d.attrs = s.deviceAttrs(d)
+		}
 		if sc.eval(d.attrs, s.nodes[s.gpus[d.gpu].node].attrs) {
 			sc.byDev[di]++
 		}
@@ -282,7 +325,14 @@ func (s *State) matchVirtual(expr string, gi, p int) bool {
 	}
 	s.sel.mu.Lock()
 	defer s.sel.mu.Unlock()
-	k := virtKey{s.gpus[gi].gen, p}
+	g := &s.gpus[gi]
+	ck := classKey{model: g.model.ID, profile: p, class: s.nodes[g.node].class}
+	if sc.classLevel {
+		if v, ok := sc.byClass[ck]; ok {
+			return v
+		}
+	}
+	k := virtKey{g.gen, p}
 	if v, ok := sc.virtual[k]; ok {
 		return v
 	}
@@ -294,7 +344,11 @@ func (s *State) matchVirtual(expr string, gi, p int) bool {
 		d = s.migDevice(gi, p, 0, "", Sharing{})
 	}
 	v := sc.eval(s.deviceAttrs(&d), s.nodes[s.gpus[gi].node].attrs)
-	sc.virtual[k] = v
+	if sc.classLevel {
+		sc.byClass[ck] = v
+	} else {
+		sc.virtual[k] = v
+	}
 	return v
 }
 

@@ -28,10 +28,6 @@ type State struct {
 	byUUID  map[string]int // device uuid or planned id -> device index
 	gpuIdx  map[string]int // GPU uuid -> GPU index
 	nodeIdx map[string]int // node name -> node index
-	// classes numbers node classes: nodes with the same labels and
-	// instance type, which any selector that does not read the node's name
-	// treats alike (the index keeps devices by class).
-	classes map[string]int
 	idx     index
 	sel     *selectorCache
 	// memos are constrained searches' failures by claim shape
@@ -91,10 +87,10 @@ type devState struct {
 	clients  int
 	slots    uint64 // replica / client slots in use
 	tenants  []tenantUse
-	strict   int  // claims with tenant isolation
-	hardware bool // held alone (exclusive, mig or hardware isolation)
-	attrs    map[string]any
-	gen      uint64 // see selectorCache
+	strict   int            // claims with tenant isolation
+	hardware bool           // held alone (exclusive, mig or hardware isolation)
+	attrs    map[string]any // the selector's `device`; nil until first needed
+	gen      uint64         // see selectorCache
 }
 
 type tenantUse struct {
@@ -122,7 +118,7 @@ func NewState(f Fleet, existing []Allocation, opts Options) (*State, error) {
 	}
 	s := &State{cat: cat, policy: f.Policy, geos: map[string]*mig.Geometry{}, models: map[string]*catalog.GPU{},
 		allocs: map[string]*Allocation{}, byUUID: map[string]int{}, gpuIdx: map[string]int{}, nodeIdx: map[string]int{},
-		classes: map[string]int{}, sel: newSelectorCache()}
+		sel: newSelectorCache()}
 	if s.policy.Placement == "" {
 		s.policy.Placement = "binpack"
 	}
@@ -166,7 +162,10 @@ func (s *State) appendNode(n *Node) {
 	s.nodes = append(s.nodes, nodeState{node: n, attrs: nodeAttrs(n), class: s.classOf(n)})
 }
 
-// classOf numbers a node's class: its instance type and labels.
+// classOf numbers a node's class: nodes with the same labels and instance
+// type, which any selector that does not read the node's name treats
+// alike (the index keeps devices by class). Numbers are kept with the
+// selector cache, so a State and its clones agree on them.
 func (s *State) classOf(n *Node) int {
 	keys := make([]string, 0, len(n.Labels))
 	for k := range n.Labels {
@@ -178,13 +177,7 @@ func (s *State) classOf(n *Node) int {
 	for _, k := range keys {
 		b.WriteString("\x00" + k + "\x00" + n.Labels[k])
 	}
-	key := b.String()
-	c, ok := s.classes[key]
-	if !ok {
-		c = len(s.classes)
-		s.classes[key] = c
-	}
-	return c
+	return s.sel.classOf(b.String())
 }
 
 // AddNode adds a node with its GPUs to the fleet, as NewState would have
@@ -382,8 +375,7 @@ func profileSize(m *catalog.GPU, geo *mig.Geometry, p int) (int64, int) {
 }
 
 func (s *State) addDevice(d devState) int {
-	d.attrs = s.deviceAttrs(&d)
-	d.gen = s.sel.nextGen()
+	d.gen = s.sel.nextGen() // attrs are built when a selector first reads them
 	s.devs = append(s.devs, d)
 	di := len(s.devs) - 1
 	s.gpus[d.gpu].allDevs = append(s.gpus[d.gpu].allDevs, di)
@@ -443,7 +435,6 @@ func (s *State) Clone() *State {
 	c.byUUID = maps.Clone(s.byUUID)
 	c.gpuIdx = maps.Clone(s.gpuIdx)
 	c.nodeIdx = maps.Clone(s.nodeIdx)
-	c.classes = maps.Clone(s.classes)
 	c.models = maps.Clone(s.models)
 	c.geos = maps.Clone(s.geos)
 	c.idx = s.idx.clone()

@@ -217,13 +217,15 @@ var passes = 3
 // are given back: keep lists the nodes that stay (nil: all of them).
 func refine(s *model.Spec, pools []*pool, first *pass, reps []replica) (*pass, map[string]bool, error) {
 	best, bestGPUs := first, first.state.GPUsUsed()
-	bestKeep, bestCost := trim(pools, first)
-	firstCost := bestCost
+	bestKeep, firstCost := trim(pools, first)
+	firstNodes := first.nodes
 	prev := first
+	first = nil
 	for range passes {
 		order := prev.state.RefineOrder(prev.order)
+		prev = nil // only the best pass and the one being made stay in memory
 		for i, pl := range pools {
-			pl.nodes = first.nodes[i]
+			pl.nodes = firstNodes[i]
 		}
 		st, err := build(s, pools, nil, nil)
 		if err != nil {
