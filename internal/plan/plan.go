@@ -76,8 +76,9 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 		return nil, err
 	}
 	var keep map[string]bool // nil: every node
+	stats := []passStat{{GPUs: first.state.GPUsUsed(), Unplaced: len(first.unplaced)}}
 	if len(first.unplaced) == 0 {
-		if first, keep, err = refine(s, pools, first, reps); err != nil {
+		if first, keep, err = refine(s, pools, first, reps, &stats); err != nil {
 			return nil, err
 		}
 	}
@@ -90,8 +91,17 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 	p.explainUnplaced(state, first)
 	p.fill(s, pools, state, cat, keep)
 	p.warn(s, pools, state)
+	if onPlanned != nil {
+		onPlanned(state, stats)
+	}
 	return p, nil
 }
+
+// passStat is what one pass gave: GPUs used, replicas left out.
+type passStat struct{ GPUs, Unplaced int }
+
+// onPlanned, when set (by tests), sees the final state and every pass.
+var onPlanned func(final *alloc.State, passes []passStat)
 
 // pass is one placement of every replica: the state it left, the
 // allocations in placement order, and what did not fit.
@@ -215,7 +225,7 @@ var passes = 3
 // ties), unless it would cost more than the first pass. Nodes of pools
 // sized "as needed" that the kept pass leaves empty at the end of the pool
 // are given back: keep lists the nodes that stay (nil: all of them).
-func refine(s *model.Spec, pools []*pool, first *pass, reps []replica) (*pass, map[string]bool, error) {
+func refine(s *model.Spec, pools []*pool, first *pass, reps []replica, stats *[]passStat) (*pass, map[string]bool, error) {
 	best, bestGPUs := first, first.state.GPUsUsed()
 	bestKeep, firstCost := trim(pools, first)
 	firstNodes := first.nodes
@@ -236,6 +246,7 @@ func refine(s *model.Spec, pools []*pool, first *pass, reps []replica) (*pass, m
 			return nil, nil, err
 		}
 		prev = ps
+		*stats = append(*stats, passStat{GPUs: st.GPUsUsed(), Unplaced: len(ps.unplaced)})
 		if len(ps.unplaced) > 0 {
 			continue
 		}
@@ -244,6 +255,7 @@ func refine(s *model.Spec, pools []*pool, first *pass, reps []replica) (*pass, m
 			best, bestGPUs, bestKeep = ps, n, keep
 		}
 	}
+
 	for i, pl := range pools {
 		pl.nodes = best.nodes[i]
 		for pl.auto && pl.nodes > 0 && !bestKeep[nodeName(pl, pl.nodes-1)] {
