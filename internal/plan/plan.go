@@ -221,13 +221,15 @@ var passes = 3
 // derives from the pass before (first-fit decreasing over the devices that
 // pass chose), on the fleet the first pass grew; a pass that does not fit
 // there grows it further, like the first, rather than giving up. It keeps
-// the pass that places every replica on the fewest GPUs (the earliest on
-// ties), unless it would cost more than the first pass. Nodes of pools
+// the pass that places every replica on the fewest GPUs (on ties the
+// cheapest, then the earliest), unless it would cost more than the first
+// pass. Nodes of pools
 // sized "as needed" that the kept pass leaves empty at the end of the pool
 // are given back: keep lists the nodes that stay (nil: all of them).
 func refine(s *model.Spec, pools []*pool, first *pass, reps []replica, stats *[]passStat) (*pass, map[string]bool, error) {
 	best, bestGPUs := first, first.state.GPUsUsed()
 	bestKeep, firstCost := trim(pools, first)
+	bestCost := firstCost
 	firstNodes := first.nodes
 	prev := first
 	first = nil
@@ -251,8 +253,8 @@ func refine(s *model.Spec, pools []*pool, first *pass, reps []replica, stats *[]
 			continue
 		}
 		keep, cost := trim(pools, ps)
-		if n := st.GPUsUsed(); n < bestGPUs && cost <= firstCost {
-			best, bestGPUs, bestKeep = ps, n, keep
+		if n := st.GPUsUsed(); cost <= firstCost && (n < bestGPUs || (n == bestGPUs && cost < bestCost)) {
+			best, bestGPUs, bestKeep, bestCost = ps, n, keep, cost
 		}
 	}
 
