@@ -33,7 +33,29 @@ import (
 // the caller will allocate in; claims in it that are already allocated are
 // ignored.
 func (s *State) AllocateAhead(c *Claim, ahead []Claim) (*Allocation, error) {
-	a, err := s.Allocate(c)
+	return s.allocateAhead(c, ahead, true)
+}
+
+// AllocateAheadQuick is AllocateAhead without the explanation of a no-fit:
+// a claim that fits nowhere gets ErrNoFit, which costs nothing, instead of
+// a *NoFitError, which runs every check on every node. A planner that
+// grows the fleet when a claim does not fit uses it, and asks Allocate for
+// the reasons only for what stays unplaced.
+func (s *State) AllocateAheadQuick(c *Claim, ahead []Claim) (*Allocation, error) {
+	return s.allocateAhead(c, ahead, false)
+}
+
+func (s *State) allocateAhead(c *Claim, ahead []Claim, explain bool) (*Allocation, error) {
+	a, err := s.sizeAhead(c, ahead, explain)
+	if err == nil {
+		a.Env = processEnv(a)
+	}
+	return a, err
+}
+
+// sizeAhead is allocateAhead without the process environment.
+func (s *State) sizeAhead(c *Claim, ahead []Claim, explain bool) (*Allocation, error) {
+	a, err := s.allocate(c, room{}, explain)
 	if err != nil || len(a.Devices) != 1 {
 		return a, err
 	}
@@ -109,13 +131,13 @@ func (s *State) matesOf(c *Claim, m Mode, ahead []Claim) []*Claim {
 	var out []*Claim
 	for i := range ahead[:min(len(ahead), scope)] {
 		o := &ahead[i]
-		if o.Name == c.Name || !mateable(o) || orTenant(o.Isolation) != iso || o.Requests[0].Selector != c.Requests[0].Selector {
+		// Cheapest and most selective tests first: most claims ahead are
+		// other tenants'.
+		if (iso != IsolationNone && o.Tenant != c.Tenant) || !mateable(o) || orTenant(o.Isolation) != iso ||
+			o.Requests[0].Selector != c.Requests[0].Selector || o.Name == c.Name {
 			continue
 		}
 		if _, done := s.allocs[o.Name]; done {
-			continue
-		}
-		if iso != IsolationNone && o.Tenant != c.Tenant {
 			continue
 		}
 		if !allows(decide(&o.Requests[0], iso), m) {

@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -19,12 +20,18 @@ const MPSPipeRoot = "/run/gpuslice/mps"
 // caller commits the answer with Apply. When nothing fits, the error is a
 // *NoFitError saying per node why.
 func (s *State) Allocate(c *Claim) (*Allocation, error) {
-	return s.allocate(c, room{}, true)
+	a, err := s.allocate(c, room{}, true)
+	if err == nil {
+		a.Env = processEnv(a)
+	}
+	return a, err
 }
 
 // allocate is Allocate asking a single-device claim's new device (one it
-// opens or creates, not one it joins) for room beyond the request. Without
-// explain, a claim that fits nowhere gets errNoRoom instead of the costly
+// opens or creates, not one it joins) for room beyond the request, and
+// leaving the process environment to the caller (only the answer kept
+// needs one). Without
+// explain, a claim that fits nowhere gets ErrNoFit instead of the costly
 // *NoFitError.
 func (s *State) allocate(c *Claim, extra room, explain bool) (*Allocation, error) {
 	if err := validateClaim(c, func(expr string) error { _, err := s.sel.get(expr); return err }); err != nil {
@@ -54,7 +61,6 @@ func (s *State) allocate(c *Claim, extra room, explain bool) (*Allocation, error
 		}
 		sort.SliceStable(a.Devices, func(i, j int) bool { return rank[a.Devices[i].Request] < rank[a.Devices[j].Request] })
 	}
-	a.Env = processEnv(a)
 	return a, nil
 }
 
@@ -109,8 +115,9 @@ type placer struct {
 	room    room // asked of a new device beyond the request (single-device claims)
 }
 
-// errNoRoom is place's failure when no explanation was asked for.
-var errNoRoom = fmt.Errorf("no room")
+// ErrNoFit is the failure of a claim that fits nowhere when no
+// explanation was asked for (AllocateAheadQuick); IsNoFit reports true.
+var ErrNoFit = errors.New("no room for the claim")
 
 // place decides steps in order, appending to a. Every device but the last
 // is applied to the state so the next sees it, and undone before return.
@@ -143,7 +150,7 @@ func (p *placer) place(steps []step, a *Allocation, taken map[int]bool) error {
 			if p.explain {
 				return s.explain(p.c, st.r, st.k, n)
 			}
-			return errNoRoom
+			return ErrNoFit
 		}
 		part := s.assignment(p.c, p.iso, st.r, best)
 		a.Why = append(a.Why, st.r.Name+"["+strconv.Itoa(st.k)+"]: "+st.d.why+"; "+s.describe(&best))
@@ -233,40 +240,154 @@ func inConstraint(con Constraint, req string, c *Claim) bool {
 }
 
 // bestConstrained places the first device of a constrained group where the
-// rest of the claim fits too: it tries every node (and, for a GPU
-// constraint, every GPU), decides the remaining steps there for real on
-// the state (undone afterwards), and keeps the best first device among the
-// places that work.
+// rest of the claim fits too: the best device on each node (for a GPU
+// constraint, each GPU) is a candidate if the remaining steps, decided for
+// real on the state (undone afterwards), fit beside it; the best candidate
+// wins. It asks the index for the best device anywhere, and when the rest
+// does not fit beside it, rules out that node (or GPU) and asks again: the
+// best of the rest is the next node's best. After maxSkips such rounds it
+// scans the nodes left, one by one.
+//
+// When the group is the whole claim, whether a node (GPU) works depends
+// only on that node (GPU) and the claim's shape, so the nodes ruled out
+// are remembered for the next claim of the same shape (a workload's next
+// replica) as long as they do not change.
 func (p *placer) bestConstrained(n *need, cons []Constraint, rest []step, a *Allocation) (cand, bool) {
+	const maxSkips = 64
 	s := p.s
 	perGPU := false
 	for _, con := range cons {
 		perGPU = perGPU || con.Match == "gpu"
 	}
+	skip := map[int]bool{}
+	memo := p.memoFor(cons, rest, a, perGPU)
+	if memo != nil {
+		for u, ver := range memo.failed {
+			if s.unitVersion(u, perGPU) == ver {
+				skip[u] = true
+			} else {
+				delete(memo.failed, u)
+			}
+		}
+	}
+	var fails []int
+	fail := func(u int) {
+		skip[u] = true
+		fails = append(fails, u)
+	}
+	defer func() {
+		if memo != nil { // versions are read after every trial is undone
+			for _, u := range fails {
+				memo.failed[u] = s.unitVersion(u, perGPU)
+			}
+		}
+	}()
+	ex := *n
+	ex.skip, ex.skipGPUs = skip, perGPU
+	for range maxSkips {
+		cd, ok := s.bestIndexed(&ex)
+		if !ok {
+			return cand{}, false
+		}
+		if p.restFits(n, cd, rest, a) {
+			return cd, true
+		}
+		if perGPU {
+			fail(cd.gpu)
+		} else {
+			fail(s.gpus[cd.gpu].node)
+		}
+	}
 	var best cand
 	found := false
-	try := func(m need, ni int) {
+	try := func(m need, ni, unit int) {
 		cd, ok := s.bestScan(&m, []int{ni})
 		if !ok || (found && !s.better(&cd, &best)) {
 			return
 		}
 		if p.restFits(n, cd, rest, a) {
 			best, found = cd, true
+		} else {
+			fail(unit)
 		}
 	}
 	for ni := range s.nodes {
 		m := *n
 		m.onNode = ni
 		if !perGPU {
-			try(m, ni)
+			if !skip[ni] {
+				try(m, ni, ni)
+			}
 			continue
 		}
 		for _, gi := range s.nodes[ni].gpus {
-			m.onGPU = gi
-			try(m, ni)
+			if !skip[gi] {
+				m.onGPU = gi
+				try(m, ni, gi)
+			}
 		}
 	}
 	return best, found
+}
+
+// constrainedMemo remembers, for one claim shape, the nodes (GPUs) where
+// its constrained group did not fit, with their versions then.
+type constrainedMemo struct {
+	failed map[int]uint64
+}
+
+// maxMemos bounds the claim shapes remembered at once.
+const maxMemos = 64
+
+// memoFor returns the memo for this claim's shape when the group is the
+// whole claim and nothing is decided yet (nil otherwise). The shape is
+// everything that decides where the claim fits: its isolation, requests
+// and constraints, and its tenant only when a request may share a device
+// (time-slicing or MPS), so replicas of different workloads alike share it.
+func (p *placer) memoFor(cons []Constraint, rest []step, a *Allocation, perGPU bool) *constrainedMemo {
+	if len(a.Devices) > 0 {
+		return nil
+	}
+	for _, st := range rest {
+		in := false
+		for _, con := range cons {
+			in = in || inConstraint(con, st.r.Name, p.c)
+		}
+		if !in {
+			return nil
+		}
+	}
+	tenant := ""
+	for i := range p.c.Requests {
+		for _, ch := range decide(&p.c.Requests[i], p.iso).choices {
+			if ch.mode == TimeSlice || ch.mode == MPS {
+				tenant = p.c.Tenant
+			}
+		}
+	}
+	shape := fmt.Sprintf("%t\x00%s\x00%s\x00%v\x00%v", perGPU, tenant, p.iso, p.c.Requests, p.c.Constraints)
+	m := p.s.memos[shape]
+	if m == nil {
+		if p.s.memos == nil || len(p.s.memos) >= maxMemos {
+			p.s.memos = map[string]*constrainedMemo{}
+		}
+		m = &constrainedMemo{failed: map[int]uint64{}}
+		p.s.memos[shape] = m
+	}
+	return m
+}
+
+// unitVersion is the version of a GPU or a node: it changes whenever the
+// GPU (any GPU of the node) is reindexed.
+func (s *State) unitVersion(u int, perGPU bool) uint64 {
+	if perGPU {
+		if u < len(s.gpus) {
+			return s.gpus[u].ver
+		}
+	} else if u < len(s.nodes) {
+		return s.nodes[u].ver
+	}
+	return 0
 }
 
 // restFits reports whether the remaining steps fit once the first device

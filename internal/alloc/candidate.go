@@ -100,6 +100,25 @@ type need struct {
 	// room is what a device the request opens or creates must have beyond
 	// the request (AllocateAhead sizes it for claims still to come).
 	room room
+	// skip lists nodes (GPUs when skipGPUs) a constrained group's first
+	// device may not use: the rest of its claim did not fit there.
+	skip     map[int]bool
+	skipGPUs bool
+}
+
+// offLimits reports whether the constraints keep the device off GPU gi on
+// node ni.
+func (n *need) offLimits(gi, ni int) bool {
+	if (n.onGPU >= 0 && gi != n.onGPU) || (n.onNode >= 0 && ni != n.onNode) {
+		return true
+	}
+	if n.skip == nil {
+		return false
+	}
+	if n.skipGPUs {
+		return n.skip[gi]
+	}
+	return n.skip[ni]
 }
 
 // room is memory and compute asked of a new device beyond a request.
@@ -291,7 +310,7 @@ func (s *State) gate(n *need, di int) reason {
 		return rUnschedulable
 	case !g.healthy:
 		return rUnhealthy
-	case n.taken[di] || (n.onGPU >= 0 && d.gpu != n.onGPU) || (n.onNode >= 0 && g.node != n.onNode):
+	case n.taken[di] || n.offLimits(d.gpu, g.node):
 		return rConstraint
 	case !s.matchDevice(n.req.Selector, di):
 		return rSelector
@@ -424,7 +443,7 @@ func (s *State) tryCreate(n *need, gi, p int, ch choice, rank int) (cand, reason
 		return cand{}, rUnschedulable
 	case !g.healthy:
 		return cand{}, rUnhealthy
-	case (n.onGPU >= 0 && gi != n.onGPU) || (n.onNode >= 0 && g.node != n.onNode):
+	case n.offLimits(gi, g.node):
 		return cand{}, rConstraint
 	case !g.migOn || !g.dynamic:
 		return cand{}, rMode
@@ -493,7 +512,7 @@ func (s *State) trySwitch(n *need, gi int, ch choice, rank int) (cand, reason) {
 		return cand{}, rUnschedulable
 	case !g.healthy:
 		return cand{}, rUnhealthy
-	case (n.onGPU >= 0 && gi != n.onGPU) || (n.onNode >= 0 && g.node != n.onNode):
+	case n.offLimits(gi, g.node):
 		return cand{}, rConstraint
 	case g.touched > 0:
 		return cand{}, rBusy // a mode switch needs the whole GPU idle

@@ -65,8 +65,9 @@ func (s *State) explain(c *Claim, r *Request, k int, n *need) error {
 	return e
 }
 
-// IsNoFit reports whether err says that nothing fits now.
+// IsNoFit reports whether err says that nothing fits now: a *NoFitError,
+// or ErrNoFit when no explanation was asked for.
 func IsNoFit(err error) bool {
 	_, ok := err.(*NoFitError)
-	return ok
+	return ok || err == ErrNoFit
 }

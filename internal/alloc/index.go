@@ -21,15 +21,24 @@ const (
 // index keeps the sets the fast path searches instead of the whole fleet:
 //   - join: devices in use whose claims a newcomer may share, keyed by mode
 //     and tenant (tenant "" holds devices whose claims all allow any tenant);
-//   - idle: idle devices by shape (model, profile, configured mode) and tier;
-//   - free: GPUs that accept new MIG instances, by model, occupancy and tier.
+//   - idle: idle devices by shape (model, profile, configured mode), node
+//     class (labels and instance type) and tier;
+//   - free: GPUs that accept new MIG instances, by model, node class,
+//     occupancy and tier;
+//   - evict: GPUs with an idle MIG instance the allocator may destroy;
+//   - switchable: idle MIG-capable GPUs (a mode switch needs one).
+//
+// Keying by node class lets a selector on node labels (a workload pinned
+// to a pool) reject a whole class with one evaluation.
 //
 // Every entry is rebuilt for a whole GPU at once (reindexGPU) whenever the
 // GPU or its node changes, so the sets can never drift from the state.
 type index struct {
-	join map[joinKey]*joinSet
-	idle map[shapeKey]*[numTiers]bitset
-	free map[string]map[occKey]*occClass
+	join       map[joinKey]*joinSet
+	idle       map[shapeKey]*[numTiers]bitset
+	free       map[freeKey]map[occKey]*occClass
+	evict      bitset
+	switchable bitset
 
 	// where each device and GPU is indexed now, to remove it again
 	devJoin []joinKeys
@@ -89,6 +98,13 @@ type shapeKey struct {
 	model   string
 	profile int // -1 for a whole GPU
 	sharing Sharing
+	class   int // node class
+}
+
+// freeKey is the GPUs of one model on nodes of one class.
+type freeKey struct {
+	model string
+	class int
 }
 
 type occKey = mig.Occupancy
@@ -129,17 +145,17 @@ type idleRef struct {
 }
 
 type freeRef struct {
-	ok    bool
-	model string
-	occ   occKey
-	tier  int
+	ok   bool
+	key  freeKey
+	occ  occKey
+	tier int
 }
 
 func newIndex(s *State) index {
 	ix := index{
 		join: map[joinKey]*joinSet{},
 		idle: map[shapeKey]*[numTiers]bitset{},
-		free: map[string]map[occKey]*occClass{},
+		free: map[freeKey]map[occKey]*occClass{},
 	}
 	s.idx = ix
 	for gi := range s.gpus {
@@ -150,12 +166,14 @@ func newIndex(s *State) index {
 
 func (ix index) clone() index {
 	c := index{
-		join:    make(map[joinKey]*joinSet, len(ix.join)),
-		idle:    make(map[shapeKey]*[numTiers]bitset, len(ix.idle)),
-		free:    make(map[string]map[occKey]*occClass, len(ix.free)),
-		devJoin: append([]joinKeys(nil), ix.devJoin...),
-		devIdle: append([]idleRef(nil), ix.devIdle...),
-		gpuFree: append([]freeRef(nil), ix.gpuFree...),
+		join:       make(map[joinKey]*joinSet, len(ix.join)),
+		idle:       make(map[shapeKey]*[numTiers]bitset, len(ix.idle)),
+		free:       make(map[freeKey]map[occKey]*occClass, len(ix.free)),
+		evict:      ix.evict.clone(),
+		switchable: ix.switchable.clone(),
+		devJoin:    append([]joinKeys(nil), ix.devJoin...),
+		devIdle:    append([]idleRef(nil), ix.devIdle...),
+		gpuFree:    append([]freeRef(nil), ix.gpuFree...),
 	}
 	for k, set := range ix.join {
 		c.join[k] = &joinSet{e: append([]joinEntry(nil), set.e...)}
@@ -167,7 +185,7 @@ func (ix index) clone() index {
 		}
 		c.idle[k] = &t
 	}
-	for model, byOcc := range ix.free {
+	for fk, byOcc := range ix.free {
 		m := make(map[occKey]*occClass, len(byOcc))
 		for k, cl := range byOcc {
 			n := &occClass{place: append([]int8(nil), cl.place...), capAfter: append([]int16(nil), cl.capAfter...)}
@@ -176,7 +194,7 @@ func (ix index) clone() index {
 			}
 			m[k] = n
 		}
-		c.free[model] = m
+		c.free[fk] = m
 	}
 	return c
 }
@@ -199,6 +217,35 @@ func (s *State) usable(gi int) bool {
 	return g.healthy && !s.nodes[g.node].node.Unschedulable
 }
 
+// unindexGPU removes a GPU and every device ever on it (dead ones too)
+// from every set.
+func (s *State) unindexGPU(gi int) {
+	ix := &s.idx
+	g := &s.gpus[gi]
+	for _, di := range g.allDevs {
+		if di >= len(ix.devJoin) {
+			continue
+		}
+		jk := ix.devJoin[di]
+		for k := 0; k < jk.n; k++ {
+			ix.join[jk.keys[k]].remove(jk.free, di)
+		}
+		ix.devJoin[di] = joinKeys{}
+		if r := ix.devIdle[di]; r.ok {
+			ix.idle[r.key][r.tier].clear(di)
+			ix.devIdle[di] = idleRef{}
+		}
+	}
+	if gi < len(ix.gpuFree) {
+		if r := ix.gpuFree[gi]; r.ok {
+			ix.free[r.key][r.occ].tiers[r.tier].clear(gi)
+			ix.gpuFree[gi] = freeRef{}
+		}
+	}
+	ix.evict.clear(gi)
+	ix.switchable.clear(gi)
+}
+
 // reindexGPU removes a GPU and its devices from every set and adds them
 // back according to their current state.
 func (s *State) reindexGPU(gi int) {
@@ -210,30 +257,21 @@ func (s *State) reindexGPU(gi int) {
 	for len(ix.gpuFree) < len(s.gpus) {
 		ix.gpuFree = append(ix.gpuFree, freeRef{})
 	}
+	s.unindexGPU(gi)
 	g := &s.gpus[gi]
+	g.ver = s.sel.nextGen() // unique: a node or GPU added later never repeats one
+	s.nodes[g.node].ver = g.ver
 	devs := g.inst
 	if g.whole >= 0 {
 		devs = []int{g.whole}
 	}
-	// Remove what was there: every device ever on this GPU (dead ones too).
-	for _, di := range g.allDevs {
-		jk := ix.devJoin[di]
-		for k := 0; k < jk.n; k++ {
-			ix.join[jk.keys[k]].remove(jk.free, di)
-		}
-		ix.devJoin[di] = joinKeys{}
-		if r := ix.devIdle[di]; r.ok {
-			ix.idle[r.key][r.tier].clear(di)
-			ix.devIdle[di] = idleRef{}
-		}
-	}
-	if r := ix.gpuFree[gi]; r.ok {
-		ix.free[r.model][r.occ].tiers[r.tier].clear(gi)
-		ix.gpuFree[gi] = freeRef{}
-	}
 	if !s.usable(gi) {
 		return
 	}
+	if g.geo != nil && g.touched == 0 {
+		ix.switchable.set(gi)
+	}
+	class := s.nodes[g.node].class
 	tier := s.tierOf(gi)
 	for _, di := range devs {
 		d := &s.devs[di]
@@ -241,7 +279,7 @@ func (s *State) reindexGPU(gi int) {
 			continue
 		}
 		if d.idle() {
-			key := shapeKey{model: g.model.ID, profile: -1, sharing: d.sharing}
+			key := shapeKey{model: g.model.ID, profile: -1, sharing: d.sharing, class: class}
 			if d.isMIG {
 				key.profile = d.profile
 			}
@@ -252,6 +290,9 @@ func (s *State) reindexGPU(gi int) {
 			}
 			tiers[tier].set(di)
 			ix.devIdle[di] = idleRef{ok: true, key: key, tier: tier}
+			if d.isMIG && g.migOn && g.dynamic {
+				ix.evict.set(gi)
+			}
 			continue
 		}
 		if d.hardware || (d.mode != TimeSlice && d.mode != MPS) || d.clients >= slotLimit(d.sharing) {
@@ -278,10 +319,11 @@ func (s *State) reindexGPU(gi int) {
 		ix.devJoin[di] = jk
 	}
 	if g.migOn && g.dynamic {
-		byOcc := ix.free[g.model.ID]
+		fk := freeKey{model: g.model.ID, class: class}
+		byOcc := ix.free[fk]
 		if byOcc == nil {
 			byOcc = map[occKey]*occClass{}
-			ix.free[g.model.ID] = byOcc
+			ix.free[fk] = byOcc
 		}
 		cl := byOcc[g.occ]
 		if cl == nil {
@@ -289,7 +331,7 @@ func (s *State) reindexGPU(gi int) {
 			byOcc[g.occ] = cl
 		}
 		cl.tiers[tier].set(gi)
-		ix.gpuFree[gi] = freeRef{ok: true, model: g.model.ID, occ: g.occ, tier: tier}
+		ix.gpuFree[gi] = freeRef{ok: true, key: fk, occ: g.occ, tier: tier}
 	}
 }
 

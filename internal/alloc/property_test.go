@@ -30,6 +30,7 @@ func randomFleet(rng *rand.Rand) Fleet {
 			opts = append(opts, migDynamic)
 		}
 		n := gpuNode(fmt.Sprintf("n%d", ni), model, 1+rng.IntN(4), opts...)
+		n.Labels["zone"] = []string{"a", "b"}[ni%2]
 		n.Unschedulable = rng.IntN(10) == 0
 		if rng.IntN(8) == 0 {
 			n.GPUs[0].Healthy = false
@@ -139,6 +140,13 @@ func TestRandomSequencesKeepEveryRule(t *testing.T) {
 				stats["release"]++
 			} else {
 				c := randomClaim(rng, step)
+				if step%4 == 3 { // class-level selectors: node labels (a workload pinned to a pool)
+					for i := range c.Requests {
+						c.Requests[i].Selector = []string{"node.labels['zone'] == 'a'",
+							"node.labels['pool'] != 'L4' && device.attributes['gpu.nvidia.com'].memoryMiB >= 10000",
+							c.Requests[i].Selector}[rng.IntN(3)]
+					}
+				}
 				if step%4 == 1 { // a shareable replica, the kind AllocateAhead sizes for
 					c = &Claim{Name: c.Name, Tenant: c.Tenant, Isolation: []Isolation{"", IsolationNone, IsolationTenant}[rng.IntN(3)],
 						Requests: []Request{{Name: "r0", Mode: []Mode{Auto, TimeSlice, MPS}[rng.IntN(3)],
@@ -170,6 +178,13 @@ func TestRandomSequencesKeepEveryRule(t *testing.T) {
 						}
 					}
 					a, err = s.AllocateAhead(c, ahead)
+					q, quick := s.AllocateAheadQuick(c, ahead)
+					switch {
+					case IsNoFit(err) != (quick == ErrNoFit):
+						t.Fatalf("seed %d step %d: AllocateAhead says %v, AllocateAheadQuick %v", seed, step, err, quick)
+					case err == nil && !reflect.DeepEqual(q.Devices, a.Devices):
+						t.Fatalf("seed %d step %d: AllocateAheadQuick chose %+v, AllocateAhead %+v", seed, step, q.Devices, a.Devices)
+					}
 					p, plain := s.Allocate(c)
 					if (plain == nil) != (err == nil) {
 						t.Fatalf("seed %d step %d: Allocate says %v, AllocateAhead %v", seed, step, plain, err)
@@ -228,16 +243,69 @@ func TestRandomSequencesKeepEveryRule(t *testing.T) {
 	}
 }
 
+func (s *State) allNodes() []int {
+	out := make([]int, len(s.nodes))
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// bestConstrainedScan is the reference for bestConstrained: every node (or
+// GPU) in turn, its best device kept if the rest of the claim fits beside
+// it.
+func (p *placer) bestConstrainedScan(n *need, cons []Constraint, rest []step, a *Allocation) (cand, bool) {
+	s := p.s
+	perGPU := false
+	for _, con := range cons {
+		perGPU = perGPU || con.Match == "gpu"
+	}
+	var best cand
+	found := false
+	for ni := range s.nodes {
+		m := *n
+		m.onNode = ni
+		gpus := []int{-1}
+		if perGPU {
+			gpus = s.nodes[ni].gpus
+		}
+		for _, gi := range gpus {
+			m.onGPU = gi
+			cd, ok := s.bestScan(&m, []int{ni})
+			if ok && (!found || s.better(&cd, &best)) && p.restFits(n, cd, rest, a) {
+				best, found = cd, true
+			}
+		}
+	}
+	return best, found
+}
+
 // checkAgreement compares the indexed search with the full scan for the
-// claim's first device.
+// claim's first device (for a constrained claim: the first device of its
+// first constrained group, against bestConstrainedScan).
 func checkAgreement(t *testing.T, s *State, c *Claim, where string) {
 	t.Helper()
-	if ValidateClaim(c) != nil || len(c.Constraints) > 0 {
+	if ValidateClaim(c) != nil {
 		return
 	}
 	iso := c.Isolation
 	if iso == "" {
 		iso = IsolationTenant
+	}
+	if len(c.Constraints) > 0 {
+		steps := decisionOrder(c, iso)
+		p := &placer{s: s, c: c, iso: iso, groups: constraintGroups(c)}
+		cons := p.groups[steps[0].r.Name]
+		if len(cons) == 0 {
+			return
+		}
+		n := &need{claim: c, req: steps[0].r, iso: iso, choices: steps[0].d.choices, taken: map[int]bool{}, onNode: -1, onGPU: -1}
+		a, okA := p.bestConstrained(n, cons, steps[1:], &Allocation{})
+		b, okB := p.bestConstrainedScan(n, cons, steps[1:], &Allocation{})
+		if okA != okB || (okA && (s.better(&a, &b) || s.better(&b, &a))) {
+			t.Fatalf("%s: constrained: indexed %v %+v, scan %v %+v", where, okA, a, okB, b)
+		}
+		return
 	}
 	r := &c.Requests[0]
 	d := decide(r, iso)

@@ -148,6 +148,17 @@ func (s *State) checkIndex() error {
 	if j1 != j2 || i1 != i2 || f1 != f2 {
 		return fmt.Errorf("index drifted: join %d/%d idle %d/%d free %d/%d (incremental/rebuilt)", j1, j2, i1, i2, f1, f2)
 	}
+	members := func(b *bitset) []int {
+		var out []int
+		b.each(func(i int) bool { out = append(out, i); return true })
+		return out
+	}
+	if !slices.Equal(members(&s.idx.evict), members(&fresh.evict)) {
+		return fmt.Errorf("index drifted: GPUs with idle MIG instances %v, rebuilt %v", members(&s.idx.evict), members(&fresh.evict))
+	}
+	if !slices.Equal(members(&s.idx.switchable), members(&fresh.switchable)) {
+		return fmt.Errorf("index drifted: switchable GPUs %v, rebuilt %v", members(&s.idx.switchable), members(&fresh.switchable))
+	}
 	for k, set := range fresh.join {
 		mine := s.idx.join[k]
 		if mine == nil || !slices.Equal(mine.e, set.e) {

@@ -18,15 +18,7 @@ func (s *State) bestIndexed(n *need) (cand, bool) {
 		// claim's own size (tried without room) may still do both.
 		return cand{}, false
 	}
-	return s.bestSlow(n, s.allNodes())
-}
-
-func (s *State) allNodes() []int {
-	out := make([]int, len(s.nodes))
-	for i := range out {
-		out[i] = i
-	}
-	return out
+	return s.bestSlow(n)
 }
 
 // bestJoin looks at the devices a claim may share. Every such device is on
@@ -133,8 +125,8 @@ func (s *State) bestOpen(n *need) (cand, bool) {
 		if ch.mode == Exclusive && !ch.inMIG {
 			continue
 		}
-		for modelID, byOcc := range s.idx.free {
-			model := s.models[modelID]
+		for fk, byOcc := range s.idx.free {
+			model := s.models[fk.model]
 			geo := s.geos[model.ID]
 			profiles, _ := profilesForModel(n, model, geo)
 			for _, p := range profiles {
@@ -181,9 +173,30 @@ func (n *need) deviceSpecific(r reason) bool {
 	return r == rConstraint || (r == rSelector && n.selPerDevice)
 }
 
-// bestSlow scans nodes for evictions and mode switches.
-func (s *State) bestSlow(n *need, nodes []int) (cand, bool) {
-	return s.scan(n, nodes, kindEvict, kindSwitch)
+// bestSlow looks for evictions on the GPUs that have an idle MIG instance
+// to destroy, then (when the policy allows them) for mode switches on the
+// idle MIG-capable GPUs: the only GPUs where scan could find either, so
+// it returns what scan over every node would.
+func (s *State) bestSlow(n *need) (cand, bool) {
+	var best cand
+	found := false
+	visit := func(k kind) func(gi int) bool {
+		return func(gi int) bool {
+			for rank, ch := range n.choices {
+				for _, c := range s.gpuCandidates(n, gi, ch, rank, k) {
+					if !found || s.better(&c, &best) {
+						best, found = c, true
+					}
+				}
+			}
+			return true
+		}
+	}
+	s.idx.evict.each(visit(kindEvict))
+	if !found && s.policy.AllowModeSwitch {
+		s.idx.switchable.each(visit(kindSwitch))
+	}
+	return best, found
 }
 
 // scan tries the kinds in order over every GPU of the nodes and returns the

@@ -3,8 +3,8 @@ package alloc
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
@@ -98,61 +98,138 @@ func checkQuantities(expr string, a *cel.Ast) error {
 
 // CompileSelector checks a selector and returns why it is invalid.
 func CompileSelector(expr string) (cel.Program, error) {
+	prg, _, err := compileSelector(expr)
+	return prg, err
+}
+
+func compileSelector(expr string) (cel.Program, *cel.Ast, error) {
 	env, err := celEnv()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ast, iss := env.Compile(expr)
 	if iss.Err() != nil {
-		return nil, fmt.Errorf("selector %q: %w", expr, iss.Err())
+		return nil, nil, fmt.Errorf("selector %q: %w", expr, iss.Err())
 	}
 	if t := ast.OutputType(); t != cel.BoolType && t != cel.DynType {
-		return nil, fmt.Errorf("selector %q: evaluates to %s, want bool", expr, t)
+		return nil, nil, fmt.Errorf("selector %q: evaluates to %s, want bool", expr, t)
 	}
 	if err := checkQuantities(expr, ast); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	prg, err := env.Program(ast, cel.CostLimit(100000))
 	if err != nil {
-		return nil, fmt.Errorf("selector %q: %w", expr, err)
+		return nil, nil, fmt.Errorf("selector %q: %w", expr, err)
 	}
-	return prg, nil
+	return prg, ast, nil
 }
 
-// selectorCache remembers compiled selectors and their answers per device;
-// attributes never change for a device, so answers can be shared by clones.
+// selectorCache remembers compiled selectors and their answers per device.
+// A device's attributes never change, and every device and GPU gets a
+// generation number unique across a State and its clones (a device index
+// may be reused after an undone decision or a removed node, its generation
+// never), so answers are kept by generation and clones share the cache.
 type selectorCache struct {
-	mu   sync.Mutex
-	sels map[string]*compiled
+	mu      sync.Mutex
+	sels    map[string]*compiled
+	gens    atomic.Uint64
+	classes map[string]int // node class key -> number (State.classOf)
+}
+
+func (c *selectorCache) classOf(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.classes[key]
+	if !ok {
+		n = len(c.classes)
+		c.classes[key] = n
+	}
+	return n
 }
 
 type compiled struct {
-	prg     cel.Program
-	byDev   []int8 // 0 unknown, 1 match, 2 no match
+	prg cel.Program
+	// byDev[di] is 0 when unknown, else the device's generation << 1,
+	// plus 1 when it matches.
+	byDev   []uint64
 	virtual map[virtKey]bool
-	// classLevel is set when the expression reads only attributes that
-	// every device of one shape shares (model, profile, memory, ...), so
-	// one device's answer holds for its whole class.
+	// byClass holds a class-level selector's answers by device class.
+	byClass map[classKey]bool
+	// classLevel is set when the expression reads only what every device
+	// of one index class shares: the device's shape (model, profile,
+	// memory, ...) and its node's labels and instance type (classes are
+	// per node class too). One device's answer then holds for its class.
 	classLevel bool
+	evals      int // evaluations made (tests read it)
 }
 
-// perDeviceWords are the names whose presence makes a selector's answer
-// differ between devices of one shape. The test is textual and errs on
-// the side of per-device evaluation.
-var perDeviceWords = []string{"node", "uuid", "UUID", "index"}
+// perDeviceAttributes are the device attributes that differ between
+// devices of one class.
+var perDeviceAttributes = map[string]bool{"uuid": true, "parentUUID": true, "index": true}
 
-func isClassLevel(expr string) bool {
-	for _, w := range perDeviceWords {
-		if strings.Contains(expr, w) {
+// classLevel reports whether a selector reads only class attributes (see
+// compiled.classLevel). Anything it cannot account for (comprehensions,
+// whole maps, node.name) makes it per-device.
+func classLevel(e celast.Expr) bool {
+	if p := MemberPath(e); p != nil {
+		switch {
+		case p[0] == "node":
+			return len(p) >= 2 && (p[1] == "labels" || p[1] == "instanceType")
+		case p[0] != "device" || len(p) < 2:
+			return false
+		case p[1] == "driver" || p[1] == "capacity":
+			return true
+		case p[1] == "attributes":
+			return len(p) >= 4 && !perDeviceAttributes[p[3]]
+		}
+		return false
+	}
+	switch e.Kind() {
+	case celast.LiteralKind:
+		return true
+	case celast.CallKind:
+		c := e.AsCall()
+		if c.IsMemberFunction() && !classLevel(c.Target()) {
 			return false
 		}
+		for _, a := range c.Args() {
+			if !classLevel(a) {
+				return false
+			}
+		}
+		return true
+	case celast.ListKind:
+		for _, el := range e.AsList().Elements() {
+			if !classLevel(el) {
+				return false
+			}
+		}
+		return true
+	case celast.SelectKind:
+		return classLevel(e.AsSelect().Operand())
 	}
-	return true
+	return false
 }
 
-type virtKey struct{ gpu, profile int }
+// classKey is what a class-level selector can see of a device: its
+// model, MIG profile (-1: a whole GPU) and node class.
+type classKey struct {
+	model   string
+	profile int
+	class   int
+}
 
-func newSelectorCache() *selectorCache { return &selectorCache{sels: map[string]*compiled{}} }
+type virtKey struct {
+	gpuGen  uint64
+	profile int
+}
+
+func newSelectorCache() *selectorCache {
+	return &selectorCache{sels: map[string]*compiled{}, classes: map[string]int{}}
+}
+
+// nextGen hands out a generation for a new device or GPU.
+func (c *selectorCache) nextGen() uint64 { return c.gens.Add(1) }
 
 func (c *selectorCache) get(expr string) (*compiled, error) {
 	c.mu.Lock()
@@ -160,13 +237,18 @@ func (c *selectorCache) get(expr string) (*compiled, error) {
 	if sc, ok := c.sels[expr]; ok {
 		return sc, nil
 	}
-	prg, err := CompileSelector(expr)
+	prg, ast, err := compileSelector(expr)
 	if err != nil {
 		return nil, err
 	}
-	sc := &compiled{prg: prg, virtual: map[virtKey]bool{}, classLevel: isClassLevel(expr)}
+	sc := &compiled{prg: prg, virtual: map[virtKey]bool{}, byClass: map[classKey]bool{}, classLevel: classLevel(ast.NativeRep().Expr())}
 	c.sels[expr] = sc
 	return sc, nil
+}
+
+func (sc *compiled) eval(dev, node map[string]any) bool {
+	sc.evals++
+	return eval(sc.prg, dev, node)
 }
 
 func eval(prg cel.Program, dev, node map[string]any) bool {
@@ -199,17 +281,36 @@ func (s *State) matchDevice(expr string, di int) bool {
 	}
 	s.sel.mu.Lock()
 	defer s.sel.mu.Unlock()
+	d := &s.devs[di]
+	if sc.classLevel {
+		g := &s.gpus[d.gpu]
+		k := classKey{model: g.model.ID, profile: -1, class: s.nodes[g.node].class}
+		if d.isMIG {
+			k.profile = d.profile
+		}
+		v, ok := sc.byClass[k]
+		if !ok {
+			if d.attrs == nil {
+				d.attrs = s.deviceAttrs(d)
+			}
+			v = sc.eval(d.attrs, s.nodes[g.node].attrs)
+			sc.byClass[k] = v
+		}
+		return v
+	}
 	for len(sc.byDev) <= di {
 		sc.byDev = append(sc.byDev, 0)
 	}
-	if sc.byDev[di] == 0 {
-		d := &s.devs[di]
-		sc.byDev[di] = 2
-		if eval(sc.prg, d.attrs, s.nodes[s.gpus[d.gpu].node].attrs) {
-			sc.byDev[di] = 1
+	if sc.byDev[di]>>1 != d.gen {
+		sc.byDev[di] = d.gen << 1
+		if d.attrs == nil {
+			d.attrs = s.deviceAttrs(d)
+		}
+		if sc.eval(d.attrs, s.nodes[s.gpus[d.gpu].node].attrs) {
+			sc.byDev[di]++
 		}
 	}
-	return sc.byDev[di] == 1
+	return sc.byDev[di]&1 == 1
 }
 
 // matchVirtual evaluates a selector on a MIG instance of profile p that
@@ -224,7 +325,14 @@ func (s *State) matchVirtual(expr string, gi, p int) bool {
 	}
 	s.sel.mu.Lock()
 	defer s.sel.mu.Unlock()
-	k := virtKey{gi, p}
+	g := &s.gpus[gi]
+	ck := classKey{model: g.model.ID, profile: p, class: s.nodes[g.node].class}
+	if sc.classLevel {
+		if v, ok := sc.byClass[ck]; ok {
+			return v
+		}
+	}
+	k := virtKey{g.gen, p}
 	if v, ok := sc.virtual[k]; ok {
 		return v
 	}
@@ -235,8 +343,12 @@ func (s *State) matchVirtual(expr string, gi, p int) bool {
 	} else {
 		d = s.migDevice(gi, p, 0, "", Sharing{})
 	}
-	v := eval(sc.prg, s.deviceAttrs(&d), s.nodes[s.gpus[gi].node].attrs)
-	sc.virtual[k] = v
+	v := sc.eval(s.deviceAttrs(&d), s.nodes[s.gpus[gi].node].attrs)
+	if sc.classLevel {
+		sc.byClass[ck] = v
+	} else {
+		sc.virtual[k] = v
+	}
 	return v
 }
 

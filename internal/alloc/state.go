@@ -3,7 +3,9 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/mig"
@@ -22,11 +24,15 @@ type State struct {
 	gpus  []gpuState
 	devs  []devState
 
-	allocs map[string]*Allocation
-	byUUID map[string]int // device uuid or planned id -> device index
-	gpuIdx map[string]int // GPU uuid -> GPU index (immutable)
-	idx    index
-	sel    *selectorCache
+	allocs  map[string]*Allocation
+	byUUID  map[string]int // device uuid or planned id -> device index
+	gpuIdx  map[string]int // GPU uuid -> GPU index
+	nodeIdx map[string]int // node name -> node index
+	idx     index
+	sel     *selectorCache
+	// memos are constrained searches' failures by claim shape
+	// (bestConstrained).
+	memos map[string]*constrainedMemo
 }
 
 type nodeState struct {
@@ -34,6 +40,8 @@ type nodeState struct {
 	gpus    []int
 	touched int // device assignments on this node
 	attrs   map[string]any
+	class   int
+	ver     uint64 // bumped whenever one of its GPUs is reindexed
 	// indexedBusy is whether the index last saw the node touched.
 	indexedBusy bool
 }
@@ -53,6 +61,8 @@ type gpuState struct {
 	touched  int // device assignments on this GPU
 	occKey   occKey
 	inOccIdx bool
+	gen      uint64 // see selectorCache
+	ver      uint64 // bumped whenever it is reindexed
 }
 
 type devState struct {
@@ -77,9 +87,10 @@ type devState struct {
 	clients  int
 	slots    uint64 // replica / client slots in use
 	tenants  []tenantUse
-	strict   int  // claims with tenant isolation
-	hardware bool // held alone (exclusive, mig or hardware isolation)
-	attrs    map[string]any
+	strict   int            // claims with tenant isolation
+	hardware bool           // held alone (exclusive, mig or hardware isolation)
+	attrs    map[string]any // the selector's `device`; nil until first needed
+	gen      uint64         // see selectorCache
 }
 
 type tenantUse struct {
@@ -106,7 +117,8 @@ func NewState(f Fleet, existing []Allocation, opts Options) (*State, error) {
 		cat = catalog.Default()
 	}
 	s := &State{cat: cat, policy: f.Policy, geos: map[string]*mig.Geometry{}, models: map[string]*catalog.GPU{},
-		allocs: map[string]*Allocation{}, byUUID: map[string]int{}, gpuIdx: map[string]int{}, sel: newSelectorCache()}
+		allocs: map[string]*Allocation{}, byUUID: map[string]int{}, gpuIdx: map[string]int{}, nodeIdx: map[string]int{},
+		sel: newSelectorCache()}
 	if s.policy.Placement == "" {
 		s.policy.Placement = "binpack"
 	}
@@ -114,15 +126,13 @@ func NewState(f Fleet, existing []Allocation, opts Options) (*State, error) {
 		return nil, fmt.Errorf("policy.placement %q: want binpack or spread", s.policy.Placement)
 	}
 	var errs []error
-	nodeNames := map[string]bool{}
 	for ni := range f.Nodes {
 		n := &f.Nodes[ni]
-		if n.Name == "" || nodeNames[n.Name] {
+		if _, dup := s.nodeIdx[n.Name]; n.Name == "" || dup {
 			errs = append(errs, fmt.Errorf("nodes[%d]: name %q is empty or repeated", ni, n.Name))
 			continue
 		}
-		nodeNames[n.Name] = true
-		s.nodes = append(s.nodes, nodeState{node: n, attrs: nodeAttrs(n)})
+		s.appendNode(n)
 		for gi := range n.GPUs {
 			if err := s.addGPU(len(s.nodes)-1, &n.GPUs[gi]); err != nil {
 				errs = append(errs, fmt.Errorf("node %s gpu %d: %w", n.Name, gi, err))
@@ -144,6 +154,123 @@ func NewState(f Fleet, existing []Allocation, opts Options) (*State, error) {
 		s.allocs[a.Claim] = &a
 	}
 	return s, nil
+}
+
+// appendNode adds a node without GPUs.
+func (s *State) appendNode(n *Node) {
+	s.nodeIdx[n.Name] = len(s.nodes)
+	s.nodes = append(s.nodes, nodeState{node: n, attrs: nodeAttrs(n), class: s.classOf(n)})
+}
+
+// classOf numbers a node's class: nodes with the same labels and instance
+// type, which any selector that does not read the node's name treats
+// alike (the index keeps devices by class). Numbers are kept with the
+// selector cache, so a State and its clones agree on them.
+func (s *State) classOf(n *Node) int {
+	keys := make([]string, 0, len(n.Labels))
+	for k := range n.Labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.WriteString(n.InstanceType)
+	for _, k := range keys {
+		b.WriteString("\x00" + k + "\x00" + n.Labels[k])
+	}
+	return s.sel.classOf(b.String())
+}
+
+// AddNode adds a node with its GPUs to the fleet, as NewState would have
+// taken it, and indexes it: the allocations already made stay as they are.
+// A planner growing a pool uses it instead of rebuilding the State. It
+// changes nothing when the node is invalid (name empty or taken, a GPU
+// uuid repeated, an unknown model, a bad layout or sharing).
+func (s *State) AddNode(n Node) error {
+	if _, dup := s.nodeIdx[n.Name]; n.Name == "" || dup {
+		return fmt.Errorf("node name %q is empty or already in the fleet", n.Name)
+	}
+	own := n
+	own.GPUs = slices.Clone(n.GPUs)
+	for i := range own.GPUs {
+		own.GPUs[i].Instances = slices.Clone(own.GPUs[i].Instances)
+	}
+	s.appendNode(&own)
+	ni := len(s.nodes) - 1
+	for gi := range own.GPUs {
+		if err := s.addGPU(ni, &own.GPUs[gi]); err != nil {
+			s.dropLastNode()
+			return fmt.Errorf("node %s gpu %d: %w", n.Name, gi, err)
+		}
+	}
+	for _, gi := range s.nodes[ni].gpus {
+		s.reindexGPU(gi)
+	}
+	return nil
+}
+
+// RemoveNode takes the node added last out of the fleet again. It refuses
+// (changing nothing) any other node, a node whose devices serve a claim,
+// and one on which devices were created after a later node was added.
+func (s *State) RemoveNode(name string) error {
+	ni, ok := s.nodeIdx[name]
+	if !ok {
+		return fmt.Errorf("node %s is not in the fleet", name)
+	}
+	if ni != len(s.nodes)-1 {
+		return fmt.Errorf("node %s: only the node added last can be removed", name)
+	}
+	if s.nodes[ni].touched > 0 {
+		return fmt.Errorf("node %s: its devices serve claims", name)
+	}
+	first := len(s.devs)
+	n := 0
+	for _, gi := range s.nodes[ni].gpus {
+		for _, di := range s.gpus[gi].allDevs {
+			first = min(first, di)
+			n++
+		}
+	}
+	if first+n != len(s.devs) {
+		return fmt.Errorf("node %s: devices were made elsewhere after it", name)
+	}
+	s.dropLastNode()
+	return nil
+}
+
+// dropLastNode removes the last node, its GPUs and their devices (the last
+// ones of the State), from the State and the index.
+func (s *State) dropLastNode() {
+	ni := len(s.nodes) - 1
+	nd := &s.nodes[ni]
+	for k := len(nd.gpus) - 1; k >= 0; k-- {
+		gi := nd.gpus[k]
+		if gi < len(s.idx.gpuFree) {
+			s.unindexGPU(gi)
+		}
+		g := &s.gpus[gi]
+		for _, di := range g.allDevs {
+			if s.byUUID[s.devs[di].id] == di {
+				delete(s.byUUID, s.devs[di].id)
+			}
+		}
+		delete(s.byUUID, g.spec.UUID)
+		delete(s.gpuIdx, g.spec.UUID)
+	}
+	devs, gpus := len(s.devs), len(s.gpus)
+	for _, gi := range nd.gpus {
+		for _, di := range s.gpus[gi].allDevs {
+			devs = min(devs, di)
+		}
+		gpus = min(gpus, gi)
+	}
+	s.devs = s.devs[:devs]
+	s.gpus = s.gpus[:gpus]
+	ix := &s.idx
+	ix.devJoin = ix.devJoin[:min(len(ix.devJoin), devs)]
+	ix.devIdle = ix.devIdle[:min(len(ix.devIdle), devs)]
+	ix.gpuFree = ix.gpuFree[:min(len(ix.gpuFree), gpus)]
+	delete(s.nodeIdx, nd.node.Name)
+	s.nodes = s.nodes[:ni]
 }
 
 func (s *State) geometry(m *catalog.GPU) (*mig.Geometry, error) {
@@ -187,7 +314,7 @@ func (s *State) addGPU(ni int, g *GPU) error {
 		return err
 	}
 	gs := gpuState{node: ni, spec: g, model: model, geo: geo, migOn: g.MIGEnabled,
-		dynamic: g.DynamicMIG && geo != nil, healthy: g.Healthy, whole: -1}
+		dynamic: g.DynamicMIG && geo != nil, healthy: g.Healthy, whole: -1, gen: s.sel.nextGen()}
 	gi := len(s.gpus)
 	s.gpuIdx[g.UUID] = gi
 	s.nodes[ni].gpus = append(s.nodes[ni].gpus, gi)
@@ -248,7 +375,7 @@ func profileSize(m *catalog.GPU, geo *mig.Geometry, p int) (int64, int) {
 }
 
 func (s *State) addDevice(d devState) int {
-	d.attrs = s.deviceAttrs(&d)
+	d.gen = s.sel.nextGen() // attrs are built when a selector first reads them
 	s.devs = append(s.devs, d)
 	di := len(s.devs) - 1
 	s.gpus[d.gpu].allDevs = append(s.gpus[d.gpu].allDevs, di)
@@ -305,12 +432,14 @@ func (s *State) Clone() *State {
 	for k, v := range s.allocs {
 		c.allocs[k] = v
 	}
-	c.byUUID = make(map[string]int, len(s.byUUID))
-	for k, v := range s.byUUID {
-		c.byUUID[k] = v
-	}
+	c.byUUID = maps.Clone(s.byUUID)
+	c.gpuIdx = maps.Clone(s.gpuIdx)
+	c.nodeIdx = maps.Clone(s.nodeIdx)
+	c.models = maps.Clone(s.models)
+	c.geos = maps.Clone(s.geos)
 	c.idx = s.idx.clone()
-	c.sel = s.sel // results depend only on immutable attributes
+	c.sel = s.sel // answers are kept by generation (see selectorCache)
+	c.memos = nil
 	return &c
 }
 

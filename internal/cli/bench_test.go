@@ -29,3 +29,22 @@ func TestBenchPackingLegend(t *testing.T) {
 		t.Errorf("the overcommit cell is not explained:\n%s", out)
 	}
 }
+
+// bench plan prints one row per size with the GPUs the plan used, the
+// fitted exponent, and refuses sizes that are not numbers.
+func TestBenchPlan(t *testing.T) {
+	out := run("bench", "plan", "--sizes", "100,300")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[1], "REPLICAS") || !strings.HasPrefix(lines[2], "100 ") ||
+		!strings.HasPrefix(lines[3], "300 ") || !strings.HasPrefix(lines[4], "growth exponent ") {
+		t.Fatalf("unexpected output:\n%s", out)
+	}
+	for _, l := range lines[2:4] {
+		if f := strings.Fields(l); f[len(f)-1] != "0" || f[len(f)-2] == "0" {
+			t.Errorf("want GPUs used and nothing unplaced: %q", l)
+		}
+	}
+	if err := runErr(t, "bench", "plan", "--sizes", "10,x"); !strings.Contains(err, `"x" is not a positive number of replicas`) {
+		t.Errorf("bad size: %q", err)
+	}
+}

@@ -89,6 +89,7 @@ var pure = []string{
 	module + "/internal/mig",
 	module + "/internal/alloc",
 	module + "/internal/plan",
+	module + "/internal/plan/plantest",
 	module + "/internal/sim",
 	module + "/internal/packing",
 	module + "/internal/model",

@@ -50,7 +50,8 @@ type replica struct {
 // Make plans a spec: it places every replica with the real allocator on a
 // simulated fleet (biggest first, each with AllocateAhead over the replicas
 // after it) and grows pools sized "as needed" one node at a time until
-// everything fits or a pool reaches its limit.
+// everything fits or a pool reaches its limit; then refine makes more
+// passes in better orders and keeps the best.
 func Make(s *model.Spec, opts Options) (*Plan, error) {
 	cat := opts.Catalog
 	if cat == nil {
@@ -62,125 +63,239 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 	}
 	reps := replicas(s)
 	p := &Plan{}
-	var allocs []alloc.Allocation
 	state, err := build(s, pools, nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	upcoming := make([]alloc.Claim, len(reps))
+	order := make([]alloc.Claim, len(reps))
 	for i := range reps {
-		upcoming[i] = reps[i].claim
+		order[i] = reps[i].claim
 	}
-	for i, r := range reps {
-		tried := map[*pool]bool{}
+	first, err := placePass(state, pools, reps, order)
+	if err != nil {
+		return nil, err
+	}
+	var keep map[string]bool // nil: every node
+	stats := []passStat{{GPUs: first.state.GPUsUsed(), Unplaced: len(first.unplaced)}}
+	if len(first.unplaced) == 0 {
+		if first, keep, err = refine(s, pools, first, reps, &stats); err != nil {
+			return nil, err
+		}
+	}
+	state = first.state
+	for _, a := range first.allocs {
+		r := first.byName[a.Claim]
+		p.Placements = append(p.Placements, Placement{Workload: r.wl.Name, Tenant: r.wl.Tenant, Replica: r.n,
+			Pool: poolOf(a, state), Devices: a.Devices, Why: a.Why})
+	}
+	p.explainUnplaced(state, first)
+	p.fill(s, pools, state, cat, keep)
+	p.warn(s, pools, state)
+	if onPlanned != nil {
+		onPlanned(state, stats)
+	}
+	return p, nil
+}
+
+// passStat is what one pass gave: GPUs used, replicas left out.
+type passStat struct{ GPUs, Unplaced int }
+
+// onPlanned, when set (by tests), sees the final state and every pass.
+var onPlanned func(final *alloc.State, passes []passStat)
+
+// pass is one placement of every replica: the state it left, the
+// allocations in placement order, and what did not fit.
+type pass struct {
+	state    *alloc.State
+	allocs   []*alloc.Allocation
+	unplaced []int // indexes into order
+	order    []alloc.Claim
+	byName   map[string]*replica
+	nodes    []int // nodes per pool at the end
+}
+
+// placePass places the claims in order on state, each with
+// AllocateAheadQuick over the claims after it. A claim that fits nowhere
+// grows a pool by one node (its own, or the cheapest per GPU whose GPU
+// could hold it) on the live state and is tried again; a fresh node is the
+// best a pool can offer, so a pool whose new node does not help gives it
+// back and is not tried again for this claim. Nothing is explained here:
+// explainUnplaced does it once, for what stays unplaced.
+func placePass(state *alloc.State, pools []*pool, reps []replica, order []alloc.Claim) (*pass, error) {
+	byName := make(map[string]*replica, len(reps))
+	for i := range reps {
+		byName[reps[i].claim.Name] = &reps[i]
+	}
+	ps := &pass{state: state, order: order, byName: byName, allocs: make([]*alloc.Allocation, 0, len(order))}
+	var tried map[*pool]bool
+	for i := range order {
+		c := &order[i]
+		clear(tried)
 		for {
-			// The replicas still to place are known: a new shared device
-			// is sized for the ones that could join it.
-			a, err := state.AllocateAhead(&r.claim, upcoming[i+1:])
+			// The claims still to place are known: a new shared device is
+			// sized for the ones that could join it.
+			a, err := state.AllocateAheadQuick(c, order[i+1:])
 			if err == nil {
 				if err := state.Apply(a); err != nil {
 					return nil, fmt.Errorf("plan: %w", err)
 				}
-				allocs = append(allocs, *a)
-				p.Placements = append(p.Placements, Placement{Workload: r.wl.Name, Tenant: r.wl.Tenant, Replica: r.n,
-					Pool: poolOf(a, state), Devices: a.Devices, Why: a.Why})
+				ps.allocs = append(ps.allocs, a)
 				break
 			}
 			if !alloc.IsNoFit(err) {
-				return nil, fmt.Errorf("workload %s: %w", r.wl.Name, err)
+				return nil, fmt.Errorf("workload %s: %w", byName[c.Name].wl.Name, err)
 			}
-			// Grow a pool by one node and try again. A fresh node is the
-			// best a pool can offer, so a pool whose new node does not help
-			// gives it back and is not tried again for this replica.
-			grow := pickGrowth(pools, r, tried)
-			if grow == nil {
-				p.Unplaced = append(p.Unplaced, Unplaced{Workload: r.wl.Name, Replica: r.n, Reason: err.Error()})
+			if tried == nil {
+				tried = map[*pool]bool{}
+			}
+			if !growFor(state, pools, byName[c.Name], tried) {
+				ps.unplaced = append(ps.unplaced, i)
 				break
 			}
-			tried[grow] = true
-			grow.nodes++
-			grown, err := build(s, pools, state, allocs)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := grown.Allocate(&r.claim); err != nil {
-				grow.nodes--
-				continue
-			}
-			state = grown
 		}
 	}
-	if len(p.Unplaced) == 0 {
-		if state, err = p.refine(s, pools, state, reps); err != nil {
-			return nil, err
-		}
+	for _, pl := range pools {
+		ps.nodes = append(ps.nodes, pl.nodes)
 	}
-	p.fill(s, pools, state, cat)
-	p.warn(s, pools, state)
-	return p, nil
+	return ps, nil
 }
 
-// passes is how many more passes refine makes over the grown fleet (a
-// variable so a test can turn refining off).
+// growFor adds a node to the pool pickGrowth chooses for a replica that
+// does not fit, and keeps it when the replica fits on the grown fleet.
+// It reports false when no pool is left to try.
+func growFor(state *alloc.State, pools []*pool, r *replica, tried map[*pool]bool) bool {
+	for {
+		grow := pickGrowth(pools, *r, tried)
+		if grow == nil {
+			return false
+		}
+		tried[grow] = true
+		name := nodeName(grow, grow.nodes)
+		if err := state.AddNode(newNode(grow, name)); err != nil {
+			continue // cannot happen: build made the same nodes
+		}
+		if _, err := state.AllocateAheadQuick(&r.claim, nil); err == nil {
+			grow.nodes++
+			return true
+		}
+		if err := state.RemoveNode(name); err != nil {
+			grow.nodes++ // cannot happen: nothing was placed on it
+			return true
+		}
+	}
+}
+
+// explainUnplaced asks the final state why each replica still left out
+// does not fit (the allocator's per-node reasons); the replicas of one
+// workload share the first one's reasons. A replica that fits the final
+// fleet after all (possible for multi-device claims) is placed.
+func (p *Plan) explainUnplaced(state *alloc.State, ps *pass) {
+	firstOf := map[*model.Workload]string{}
+	reasonOf := map[*model.Workload]string{}
+	for _, i := range ps.unplaced {
+		c := &ps.order[i]
+		r := ps.byName[c.Name]
+		if first, ok := firstOf[r.wl]; ok {
+			p.Unplaced = append(p.Unplaced, Unplaced{Workload: r.wl.Name, Replica: r.n,
+				Reason: strings.Replace(reasonOf[r.wl], "claim "+first+" ", "claim "+c.Name+" ", 1)})
+			continue
+		}
+		a, err := state.Allocate(c)
+		if err == nil {
+			if err = state.Apply(a); err == nil {
+				p.Placements = append(p.Placements, Placement{Workload: r.wl.Name, Tenant: r.wl.Tenant, Replica: r.n,
+					Pool: poolOf(a, state), Devices: a.Devices, Why: a.Why})
+				continue
+			}
+		}
+		firstOf[r.wl], reasonOf[r.wl] = c.Name, err.Error()
+		p.Unplaced = append(p.Unplaced, Unplaced{Workload: r.wl.Name, Replica: r.n, Reason: err.Error()})
+	}
+}
+
+// passes is how many more passes refine makes (a variable so a test can
+// turn refining off).
 var passes = 3
 
-// refine makes more passes over the fleet the first pass grew, each in
-// the order alloc.State.RefineOrder derives from the pass before
-// (first-fit decreasing over the devices that pass chose), and keeps the
-// first pass that places every replica on fewer GPUs. Nodes of pools
-// sized "as needed" that the kept pass leaves empty at the end of the
-// pool are given back.
-func (p *Plan) refine(s *model.Spec, pools []*pool, first *alloc.State, reps []replica) (*alloc.State, error) {
-	byName := make(map[string]*replica, len(reps))
-	order := make([]alloc.Claim, len(reps))
-	for i := range reps {
-		byName[reps[i].claim.Name] = &reps[i]
-		order[i] = reps[i].claim
-	}
-	best, bestGPUs := first, first.GPUsUsed()
-	var bestAllocs []*alloc.Allocation
+// refine makes more passes, each in the order alloc.State.RefineOrder
+// derives from the pass before (first-fit decreasing over the devices that
+// pass chose), on the fleet the first pass grew; a pass that does not fit
+// there grows it further, like the first, rather than giving up. It keeps
+// the pass that places every replica on the fewest GPUs (on ties the
+// cheapest, then the earliest), unless it would cost more than the first
+// pass. Nodes of pools
+// sized "as needed" that the kept pass leaves empty at the end of the pool
+// are given back: keep lists the nodes that stay (nil: all of them).
+func refine(s *model.Spec, pools []*pool, first *pass, reps []replica, stats *[]passStat) (*pass, map[string]bool, error) {
+	best, bestGPUs := first, first.state.GPUsUsed()
+	bestKeep, firstCost := trim(pools, first)
+	bestCost := firstCost
+	firstNodes := first.nodes
 	prev := first
+	first = nil
 	for range passes {
-		order = prev.RefineOrder(order)
+		order := prev.state.RefineOrder(prev.order)
+		prev = nil // only the best pass and the one being made stay in memory
+		for i, pl := range pools {
+			pl.nodes = firstNodes[i]
+		}
 		st, err := build(s, pools, nil, nil)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		as, err := st.PlaceAll(order)
+		ps, err := placePass(st, pools, reps, order)
 		if err != nil {
-			break // this order does not fit the grown fleet: keep what we have
+			return nil, nil, err
 		}
-		if n := st.GPUsUsed(); n < bestGPUs {
-			best, bestGPUs, bestAllocs = st, n, as
+		prev = ps
+		*stats = append(*stats, passStat{GPUs: st.GPUsUsed(), Unplaced: len(ps.unplaced)})
+		if len(ps.unplaced) > 0 {
+			continue
 		}
-		prev = st
-	}
-	if bestAllocs == nil {
-		return first, nil
-	}
-	p.Placements = p.Placements[:0]
-	allocs := make([]alloc.Allocation, len(bestAllocs))
-	nodesUsed := map[string]bool{}
-	for i, a := range bestAllocs {
-		r := byName[a.Claim]
-		p.Placements = append(p.Placements, Placement{Workload: r.wl.Name, Tenant: r.wl.Tenant, Replica: r.n,
-			Pool: poolOf(a, best), Devices: a.Devices, Why: a.Why})
-		allocs[i] = *a
-		for _, d := range a.Devices {
-			nodesUsed[d.Node] = true
+		keep, cost := trim(pools, ps)
+		if n := st.GPUsUsed(); cost <= firstCost && (n < bestGPUs || (n == bestGPUs && cost < bestCost)) {
+			best, bestGPUs, bestKeep, bestCost = ps, n, keep, cost
 		}
 	}
-	trimmed := false
-	for _, pl := range pools {
-		for pl.auto && pl.nodes > 0 && !nodesUsed[nodeName(pl, pl.nodes-1)] {
+
+	for i, pl := range pools {
+		pl.nodes = best.nodes[i]
+		for pl.auto && pl.nodes > 0 && !bestKeep[nodeName(pl, pl.nodes-1)] {
 			pl.nodes--
-			trimmed = true
 		}
 	}
-	if !trimmed {
-		return best, nil
+	return best, bestKeep, nil
+}
+
+// trim says which nodes a pass keeps (every node of a fixed pool; of a
+// pool sized "as needed", every node up to its last used one) and what
+// they cost per hour (a node of unknown price counts as very expensive).
+func trim(pools []*pool, ps *pass) (map[string]bool, float64) {
+	used := map[string]bool{}
+	for _, a := range ps.allocs {
+		for _, d := range a.Devices {
+			used[d.Node] = true
+		}
 	}
-	return build(s, pools, best, allocs)
+	keep := map[string]bool{}
+	cost := 0.0
+	for i, pl := range pools {
+		n := ps.nodes[i]
+		if pl.auto {
+			for n > 0 && !used[nodeName(pl, n-1)] {
+				n--
+			}
+		}
+		for k := range n {
+			keep[nodeName(pl, k)] = true
+		}
+		price := 1e6
+		if pl.it != nil && pl.it.Price != nil {
+			price = pl.it.Price.USDPerHour
+		}
+		cost += float64(n) * price
+	}
+	return keep, cost
 }
 
 func resolvePools(cat *catalog.Catalog, s *model.Spec) ([]*pool, error) {

@@ -3,7 +3,9 @@ package plan
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -11,8 +13,10 @@ import (
 	"github.com/gpuslice/gpuslice/internal/model"
 )
 
-// fill describes every pool's GPUs from the final state, and the cost.
-func (p *Plan) fill(s *model.Spec, pools []*pool, state *alloc.State, cat *catalog.Catalog) {
+// fill describes every pool's GPUs from the final state (its nodes in keep,
+// or all of them when keep is nil), and the cost. One pass over the
+// allocations and one over the fleet.
+func (p *Plan) fill(s *model.Spec, pools []*pool, state *alloc.State, cat *catalog.Catalog, keep map[string]bool) {
 	claimsOn := map[string][]string{} // device id -> claims
 	for _, a := range state.Allocations() {
 		for _, d := range a.Devices {
@@ -40,7 +44,7 @@ func (p *Plan) fill(s *model.Spec, pools []*pool, state *alloc.State, cat *catal
 	}
 	for _, n := range fleet.Nodes {
 		pp := byPool[n.Labels[PoolLabel]]
-		if pp == nil {
+		if pp == nil || (keep != nil && !keep[n.Name]) {
 			continue
 		}
 		for _, g := range n.GPUs {
@@ -151,8 +155,27 @@ func orNA(s string) string {
 	return s
 }
 
-// warn adds what a user should know before running the plan.
+// warn adds what a user should know before running the plan. It makes one
+// pass over the placements and one over the GPUs.
 func (p *Plan) warn(s *model.Spec, pools []*pool, state *alloc.State) {
+	tenantOf := make(map[string]string, len(p.Placements)) // claim -> tenant
+	type use struct {
+		mem  int64
+		comp int
+	}
+	byTenant := map[string]*use{}
+	for _, pl := range p.Placements {
+		tenantOf[pl.Workload+"-"+strconv.Itoa(pl.Replica)] = pl.Tenant
+		u := byTenant[pl.Tenant]
+		if u == nil {
+			u = &use{}
+			byTenant[pl.Tenant] = u
+		}
+		for _, d := range pl.Devices {
+			u.mem += d.MemoryMiB
+			u.comp += d.ComputePercent
+		}
+	}
 	tsClaims := map[string]bool{}
 	for _, pl := range p.Placements {
 		for _, d := range pl.Devices {
@@ -167,7 +190,7 @@ func (p *Plan) warn(s *model.Spec, pools []*pool, state *alloc.State) {
 	for _, pp := range p.Pools {
 		for _, g := range pp.GPUs {
 			for _, in := range append([]InstancePlan{{Claims: g.Claims}}, g.Instances...) {
-				if tenants := tenantsOf(in.Claims, p); len(tenants) > 1 {
+				if tenants := tenantsOf(in.Claims, tenantOf); len(tenants) > 1 {
 					p.Warnings = append(p.Warnings, fmt.Sprintf("tenants %s share a device on %s GPU %d (they chose isolation none)", strings.Join(tenants, ", "), g.Node, g.Index))
 				}
 			}
@@ -182,13 +205,8 @@ func (p *Plan) warn(s *model.Spec, pools []*pool, state *alloc.State) {
 	for _, t := range s.Tenants {
 		var mem int64
 		var comp int
-		for _, pl := range p.Placements {
-			if pl.Tenant == t.Name {
-				for _, d := range pl.Devices {
-					mem += d.MemoryMiB
-					comp += d.ComputePercent
-				}
-			}
+		if u := byTenant[t.Name]; u != nil {
+			mem, comp = u.mem, u.comp
 		}
 		if t.MemoryMiB > 0 && mem > t.MemoryMiB {
 			p.Warnings = append(p.Warnings, fmt.Sprintf("tenant %s needs %d MiB of GPU memory, over its quota of %d MiB", t.Name, mem, t.MemoryMiB))
@@ -202,18 +220,13 @@ func (p *Plan) warn(s *model.Spec, pools []*pool, state *alloc.State) {
 	}
 }
 
-func tenantsOf(claims []string, p *Plan) []string {
-	set := map[string]bool{}
-	for _, c := range claims {
-		for _, pl := range p.Placements {
-			if pl.Workload+"-"+fmt.Sprint(pl.Replica) == c {
-				set[pl.Tenant] = true
-			}
-		}
-	}
+// tenantsOf lists the tenants of claims, sorted, each once.
+func tenantsOf(claims []string, tenantOf map[string]string) []string {
 	var out []string
-	for t := range set {
-		out = append(out, t)
+	for _, c := range claims {
+		if t, ok := tenantOf[c]; ok && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
 	}
 	sort.Strings(out)
 	return out
