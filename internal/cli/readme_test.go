@@ -441,6 +441,9 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice bench dra --gpus 10000                # decisions/s against the upstream DRA allocator": {
 		want: []string{"10000 GPUs", "DECISIONS/S", "upstream"},
 	},
+	"./gpuslice bench plan --sizes 1000,10000         # seconds, memory and GPUs of plans of growing size": {
+		want: []string{"REPLICAS", "PEAK HEAP", "growth exponent"},
+	},
 	"./gpuslice serve --listen 0.0.0.0:7777 --tls-cert cert.pem --tls-key key.pem": {
 		skip: "needs a certificate of the user's own; TestServeMissingCertificateFails and TestServeSelfSignedTLS cover serve with TLS",
 	},
