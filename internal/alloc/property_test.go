@@ -80,6 +80,8 @@ func randomClaim(rng *rand.Rand, i int) *Claim {
 			req.Selector = "device.attributes['gpu.nvidia.com'].model != 'T4'"
 		case 1:
 			req.Selector = "node.name != 'n1' && device.attributes['gpu.nvidia.com'].index != 1"
+		case 2:
+			req.Selector = "node.labels['zone'] == 'a'"
 		}
 		c.Requests = append(c.Requests, req)
 	}

@@ -3,7 +3,6 @@ package alloc
 import (
 	"fmt"
 	"slices"
-	"sort"
 )
 
 // Realize returns the layout changes that make this state hold a's devices,
@@ -128,27 +127,45 @@ func createdBy(a *Allocation, id string) bool {
 // (a control plane's rebuild, after a restart or an inventory change),
 // each with the changes Realize finds for it. It returns, per claim, the
 // allocation as applied (its Changes realized) or the error that kept it
-// out. Order does not depend on the caller's: allocations whose changes
-// configure a device's sharing go first, since configuring needs the
-// device idle; and a shared device no live allocation configures (the
-// claim that opened it is gone) is sized so that every live claim's slot
-// on it fits, instead of the fleet's defaults.
+// out. The result does not depend on the caller's order: configuring a
+// device's sharing needs the device idle, so the configure-sharing change
+// a live allocation was decided with goes with whichever allocation
+// touches that device first here (not necessarily the one that opened it,
+// which may come later in the list); and a shared device no live
+// allocation configures (the claim that opened it is gone) is sized so
+// that every live claim's slot on it fits, instead of the fleet's
+// defaults.
 func (s *State) Restore(as []*Allocation) (applied map[string]*Allocation, failed map[string]error) {
 	applied, failed = map[string]*Allocation{}, map[string]error{}
-	order := slices.Clone(as)
-	sort.SliceStable(order, func(i, j int) bool { return configures(order[i]) && !configures(order[j]) })
-	slots := map[string]int{} // shared device -> slots its live claims need
+	slots := map[string]int{}        // shared device -> slots its live claims need
+	configure := map[string]Change{} // device -> the configure-sharing change it was set up with
 	for _, a := range as {
 		for _, d := range a.Devices {
 			if d.Mode == TimeSlice || d.Mode == MPS {
 				slots[d.Device] = max(slots[d.Device], d.Slot+1)
 			}
 		}
+		for _, ch := range a.Changes {
+			if _, seen := configure[ch.Device]; ch.Kind == ConfigureShare && !seen {
+				configure[ch.Device] = ch
+			}
+		}
 	}
-	for _, a := range order {
+	configured := map[string]bool{} // devices whose configure change is applied
+	for _, a := range as {
 		rest := *a
+		rest.Changes = slices.DeleteFunc(slices.Clone(a.Changes), func(ch Change) bool { return ch.Kind == ConfigureShare })
 		changes, err := s.Realize(&rest)
+		var mine []string
 		if err == nil {
+			for _, d := range a.Devices {
+				ch, ok := configure[d.Device]
+				if !ok || configured[d.Device] || slices.Contains(mine, d.Device) {
+					continue
+				}
+				changes = append(changes, ch)
+				mine = append(mine, d.Device)
+			}
 			rest.Changes = s.sizeShared(&rest, changes, slots)
 			err = s.Apply(&rest)
 		}
@@ -156,18 +173,12 @@ func (s *State) Restore(as []*Allocation) (applied map[string]*Allocation, faile
 			failed[a.Claim] = err
 			continue
 		}
+		for _, dev := range mine {
+			configured[dev] = true
+		}
 		applied[a.Claim] = &rest
 	}
 	return applied, failed
-}
-
-func configures(a *Allocation) bool {
-	for _, ch := range a.Changes {
-		if ch.Kind == ConfigureShare {
-			return true
-		}
-	}
-	return false
 }
 
 // sizeShared adds a configure-sharing change for each existing shared

@@ -104,6 +104,46 @@ func TestRestoreSizesASharedDeviceItsOpenerLeft(t *testing.T) {
 	}
 }
 
+// The opener of a shared device also configures another device that a
+// later claim joins... and that later claim configures a device of its
+// own, so both "configure": whichever comes first in the caller's list,
+// the device's set-up goes with the first claim restored onto it and both
+// come back (the restore used to apply the opener's configure change onto
+// a device the joiner already held: "the device is in use").
+func TestRestoreConfigureGoesWithTheFirstClaimOnTheDevice(t *testing.T) {
+	fleet := Fleet{Nodes: []Node{gpuNode("n0", "L4", 2)}}
+	s, err := NewState(fleet, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opener := must(t, s, &Claim{Name: "opener", Tenant: "t", Requests: []Request{{Name: "gpu", Mode: TimeSlice, MemoryMiB: 1000}}})
+	// joiner: one request joins opener's device, one opens the other GPU.
+	joiner := must(t, s, &Claim{Name: "joiner", Tenant: "t", Requests: []Request{
+		{Name: "a", Mode: TimeSlice, MemoryMiB: 1000, Selector: "device.attributes['gpu.nvidia.com'].index == 0"},
+		{Name: "b", Mode: TimeSlice, MemoryMiB: 1000, Selector: "device.attributes['gpu.nvidia.com'].index == 1"}}})
+	if !hasKind(opener.Changes, ConfigureShare) || !hasKind(joiner.Changes, ConfigureShare) {
+		t.Fatalf("want both to configure a device: opener %+v, joiner %+v", opener.Changes, joiner.Changes)
+	}
+	for _, order := range [][]*Allocation{{joiner, opener}, {opener, joiner}} {
+		fresh, err := NewState(fleet, nil, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		applied, failed := fresh.Restore(order)
+		if len(failed) > 0 || len(applied) != 2 {
+			t.Fatalf("restore %s first: failed %v", order[0].Claim, failed)
+		}
+		if err := fresh.Check(); err != nil {
+			t.Fatal(err)
+		}
+		// The shared device keeps the sharing it was set up with.
+		dev := fresh.devs[fresh.byUUID[opener.Devices[0].Device]]
+		if dev.sharing.Mode != TimeSlice || dev.sharing.Replicas != DefaultReplicas || dev.clients != 2 {
+			t.Fatalf("restore %s first: device %s sharing %+v with %d clients", order[0].Claim, dev.id, dev.sharing, dev.clients)
+		}
+	}
+}
+
 func hasKind(cs []Change, k ChangeKind) bool {
 	for _, c := range cs {
 		if c.Kind == k {
