@@ -33,6 +33,10 @@ func readSpecs(e *env, files []string, format string) (*spec.Spec, error) {
 			merged = spec.Merge(merged, s)
 		}
 	}
+	// Imported NVIDIA configs become the fixed setup of their pools.
+	if merged != nil && all.Err() == nil {
+		all = append(all, spec.ApplyImported(merged)...)
+	}
 	all.Sort()
 	if err := all.Err(); err != nil {
 		return nil, err
@@ -130,6 +134,9 @@ func planTable(p *plan.Plan) *table {
 	t := &table{header: []string{"POOL", "INSTANCE", "GPU", "NODES", "GPUS USED", "LAYOUT / SHARING"}}
 	for _, pp := range p.Pools {
 		t.add(pp.Name, orDashS(pp.InstanceType), pp.GPU, pp.Nodes, fmt.Sprintf("%d/%d", pp.GPUsUsed, pp.Nodes*pp.GPUsPerNode), "")
+		for _, f := range pp.FixedBy {
+			t.add("", "", "", "", "", "config: "+f)
+		}
 		// Consecutive idle GPUs of a node with the same layout share one
 		// row: "node/1-7".
 		for i := 0; i < len(pp.GPUs); i++ {

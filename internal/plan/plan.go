@@ -345,8 +345,12 @@ func newNode(p *pool, name string) alloc.Node {
 				sh.Mode = alloc.Dynamic
 			}
 			for _, in := range p.layout {
+				ish := sh
+				if by, ok := p.spec.MIGSharingByProfile[in.Profile]; ok {
+					ish = by // an imported device-plugin config shares per profile
+				}
 				g.Instances = append(g.Instances, alloc.MIGInstance{UUID: fmt.Sprintf("MIG-%s-%d-%s-%d", name, gi, in.Profile, in.Start),
-					Profile: in.Profile, Start: in.Start, Sharing: sh})
+					Profile: in.Profile, Start: in.Start, Sharing: ish})
 			}
 		}
 		n.GPUs = append(n.GPUs, g)

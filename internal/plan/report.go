@@ -25,7 +25,7 @@ func (p *Plan) fill(s *model.Spec, pools []*pool, state *alloc.State, cat *catal
 	fleet := state.Fleet()
 	byPool := map[string]*PoolPlan{}
 	for _, pl := range pools {
-		pp := PoolPlan{Name: pl.spec.Name, GPU: pl.gpu.ID, GPUsPerNode: pl.per, Nodes: pl.nodes, Labels: pl.spec.Labels}
+		pp := PoolPlan{Name: pl.spec.Name, GPU: pl.gpu.ID, GPUsPerNode: pl.per, Nodes: pl.nodes, Labels: pl.spec.Labels, FixedBy: pl.spec.FixedBy}
 		if pl.it != nil {
 			pp.InstanceType = pl.it.Name
 			if pl.it.Price != nil {

@@ -84,8 +84,13 @@ func ReadDevicePluginConfig(file string, data []byte) (*Spec, Diagnostics) {
 		}
 		if nvIsConfigMap(doc) {
 			w.nvEachConfig(doc, lines, "the device plugin", func(e *nvEmbedded, d *yaml.Node) {
-				imp := e.w.devicePlugin(d, "", e.key)
+				imp, at := e.w.devicePlugin(d, "", e.key)
 				imp.Where = Pos{File: file, Line: e.keyNode.Line, Column: e.keyNode.Column}
+				imp.Key, imp.Text = e.key, nvText(e.text)
+				imp.SharingWhere = imp.Where
+				if at != nil {
+					imp.SharingWhere = e.pos(at)
+				}
 				s.Imported = append(s.Imported, imp)
 			})
 			continue
@@ -106,8 +111,13 @@ func ReadDevicePluginConfig(file string, data []byte) (*Spec, Diagnostics) {
 			w.errorf(doc, "", "one config per file, or a ConfigMap with one data key per config", "the device plugin reads only the first YAML document of a config file")
 			continue
 		}
-		imp := w.devicePlugin(doc, "", "default")
+		imp, at := w.devicePlugin(doc, "", "default")
 		imp.Where = w.pos(doc)
+		imp.Text = nvText(string(data))
+		imp.SharingWhere = imp.Where
+		if at != nil {
+			imp.SharingWhere = w.pos(at)
+		}
 		s.Imported = append(s.Imported, imp)
 	}
 	return s, w.diags
@@ -141,8 +151,10 @@ func (w *walker) dpMapping(n *yaml.Node, path string, allowed ...string) *fields
 type dpReplicated struct {
 	node *yaml.Node
 	path string
-	// failSet and fail are failRequestsGreaterThanOne.
+	// failSet and fail are failRequestsGreaterThanOne; rename is
+	// renameByDefault.
 	failSet, fail bool
+	rename        bool
 	failNode      *yaml.Node
 	resources     []dpResource
 }
@@ -156,9 +168,10 @@ type dpResource struct {
 	path     string
 }
 
-// devicePlugin reads one config and returns what it imports.
-func (w *walker) devicePlugin(doc *yaml.Node, path, name string) ImportedSharing {
-	imp := ImportedSharing{Source: SourceDevicePlugin, Name: name}
+// devicePlugin reads one config and returns what it imports, and the node
+// that sets its whole-GPU sharing (nil when none does).
+func (w *walker) devicePlugin(doc *yaml.Node, path, name string) (ImportedSharing, *yaml.Node) {
+	imp := ImportedSharing{Source: SourceDevicePlugin, Name: name, DevicePlugin: &DevicePluginSettings{}}
 	top := w.dpMapping(doc, path, dpTopKeys...)
 	if n := top.get("version"); !nvNull(n) {
 		if v, ok := w.nvStr(n, join(path, "version")); ok && v != "v1" && v != "" {
@@ -203,7 +216,34 @@ func (w *walker) devicePlugin(doc *yaml.Node, path, name string) ImportedSharing
 		w.dpMPSChecks(mps, strategy, strategyNode)
 		w.dpApply(&imp, mps, alloc.MPS, strategy)
 	}
-	return imp
+	// The section in force, as the device plugin picks it.
+	var inForce *dpReplicated
+	switch {
+	case mpsWins:
+		inForce, imp.DevicePlugin.Mode = mps, "mps"
+	case ts != nil && len(ts.resources) > 0:
+		inForce, imp.DevicePlugin.Mode = ts, "timeSlicing"
+	}
+	var at *yaml.Node
+	if inForce != nil {
+		dp := imp.DevicePlugin
+		dp.RenameByDefault = inForce.rename
+		if inForce.failSet {
+			v := inForce.fail
+			dp.FailRequestsGreaterThanOne = &v
+		}
+		dp.Replicas = map[string]int{}
+		for _, r := range inForce.resources {
+			dp.Replicas[r.name] = r.replicas
+			if r.name == DevicePluginGPUResource {
+				at = r.repNode
+			}
+		}
+		if at == nil {
+			at = inForce.node
+		}
+	}
+	return imp, at
 }
 
 // dpFlags reads flags and returns migStrategy ("" when not set).
@@ -373,7 +413,7 @@ func (w *walker) dpReplicatedResources(n *yaml.Node, path string) *dpReplicated 
 	rr := &dpReplicated{node: nvDeref(n), path: path}
 	f := w.dpMapping(n, path, dpReplicatedKeys...)
 	if x := f.get("renameByDefault"); x != nil {
-		w.nvBool(x, join(path, "renameByDefault"))
+		rr.rename, _ = w.nvBool(x, join(path, "renameByDefault"))
 	}
 	if x := f.get("failRequestsGreaterThanOne"); x != nil {
 		rr.fail, rr.failSet = w.nvBool(x, join(path, "failRequestsGreaterThanOne"))

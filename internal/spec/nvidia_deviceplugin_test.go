@@ -124,7 +124,13 @@ func nvImported(t *testing.T, s *Spec, want ...ImportedSharing) {
 	t.Helper()
 	got := append([]ImportedSharing(nil), s.Imported...)
 	for i := range got {
-		got[i].Where = Pos{}
+		// Positions, the text and the naming settings are checked in
+		// imported_test.go.
+		got[i].Where, got[i].SharingWhere, got[i].Text, got[i].Key, got[i].DevicePlugin, got[i].File = Pos{}, Pos{}, "", "", nil, ""
+		got[i].Devices = append([]ImportedDevices(nil), got[i].Devices...)
+		for j := range got[i].Devices {
+			got[i].Devices[j].Where, got[i].Devices[j].DevicesWhere = Pos{}, Pos{}
+		}
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("imported\n got %+v\nwant %+v", got, want)
