@@ -55,12 +55,6 @@ type dpMIGResource struct {
 	replicas int
 }
 
-// dpMIGResourceName is the device plugin's resource name for a MIG profile:
-// nvidia.com/mig-<profile> with "+" written as ".".
-func dpMIGResourceName(profile string) string {
-	return dpMIGResourcePrefix + strings.ReplaceAll(profile, "+", ".")
-}
-
 // dpTally counts how the devices of one kind are shared.
 type dpTally struct {
 	ts, mps, exclusive, dynamic int
@@ -215,7 +209,7 @@ func (c dpConfig) text() string {
 		list = append(list, res{dpGPUResource, c.replicas})
 	}
 	for _, m := range c.mig {
-		list = append(list, res{dpMIGResourceName(m.profile), m.replicas})
+		list = append(list, res{migResourceName(m.profile), m.replicas})
 	}
 	if len(list) == 0 {
 		return b.String()

@@ -60,7 +60,7 @@ func deployment(wl *model.Workload, p *plan.Plan) (obj, []string) {
 			mode, profile, mem, comp = got.Mode, got.Profile, got.MemoryMiB, got.ComputePercent
 		}
 		if profile != "" {
-			res = "nvidia.com/mig-" + profile
+			res = migResourceName(profile) // "+me" is ".me" (resourcename.go)
 		}
 		count := max(r.Count, 1)
 		if prev, ok := limits[res].(int); ok {
