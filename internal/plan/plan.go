@@ -73,6 +73,7 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 	}
 	for i, r := range reps {
 		tried := map[*pool]bool{}
+		newNodeWhy := map[*pool]string{} // why a fresh node of a pool did not help
 		for {
 			// The replicas still to place are known: a new shared device
 			// is sized for the ones that could join it.
@@ -94,7 +95,7 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 			// gives it back and is not tried again for this replica.
 			grow := pickGrowth(pools, r, tried)
 			if grow == nil {
-				p.Unplaced = append(p.Unplaced, Unplaced{Workload: r.wl.Name, Replica: r.n, Reason: err.Error()})
+				p.Unplaced = append(p.Unplaced, Unplaced{Workload: r.wl.Name, Replica: r.n, Reason: unplacedReason(err, pools, r, newNodeWhy)})
 				break
 			}
 			tried[grow] = true
@@ -104,6 +105,7 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 				return nil, err
 			}
 			if _, err := grown.Allocate(&r.claim); err != nil {
+				newNodeWhy[grow] = nodeReason(err, nodeName(grow, grow.nodes-1))
 				grow.nodes--
 				continue
 			}
@@ -376,6 +378,88 @@ func pickGrowth(pools []*pool, r replica, tried map[*pool]bool) *pool {
 		}
 	}
 	return best
+}
+
+// nodeReason is the allocator's reason for one node in a no-fit error.
+func nodeReason(err error, node string) string {
+	var nf *alloc.NoFitError
+	if errors.As(err, &nf) {
+		if why := nf.PerNode[node]; why != "" {
+			return why
+		}
+	}
+	return err.Error()
+}
+
+// unplacedReason is the allocator's reason for a replica that fits
+// nowhere, followed by why each pool cannot take it, so that "0/0 nodes
+// are available" (no pool has a node yet) still says what is wrong.
+func unplacedReason(err error, pools []*pool, r replica, newNodeWhy map[*pool]string) string {
+	var parts []string
+	for _, p := range pools {
+		var why string
+		switch {
+		case r.wl.Pool != "" && r.wl.Pool != p.spec.Name:
+			continue // pinned elsewhere
+		case newNodeWhy[p] != "":
+			why = "a new node would not hold it either: " + newNodeWhy[p]
+		case !couldHold(p, r):
+			why = fmt.Sprintf("its %s GPUs cannot hold the request (%d MiB; profiles: %s)", p.gpu.ID, p.gpu.MemoryMiB, orNone(p.gpu.ProfileNames()))
+		case !p.auto:
+			why = fmt.Sprintf("its %d node(s) are fixed (nodes: %d)", p.nodes, p.nodes)
+		case p.nodes >= p.max:
+			why = fmt.Sprintf("it is at its maxNodes (%d)", p.max)
+		default:
+			why = "not tried"
+		}
+		parts = append(parts, fmt.Sprintf("pool %s (%s): %s", p.spec.Name, poolSetup(p), why))
+	}
+	var asks []string
+	for _, q := range r.claim.Requests {
+		a := "request " + q.Name
+		if q.Mode != "" {
+			a += " mode " + string(q.Mode)
+		}
+		if q.Profile != "" {
+			a += " profile " + q.Profile
+		}
+		if q.MemoryMiB > 0 {
+			a += fmt.Sprintf(" %d MiB", q.MemoryMiB)
+		}
+		asks = append(asks, a)
+	}
+	head := err.Error() + "; it asks for " + strings.Join(asks, ", ")
+	if len(parts) == 0 {
+		return head + "; no pool is open to it"
+	}
+	return head + "; " + strings.Join(parts, "; ")
+}
+
+func orNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none, no MIG"
+	}
+	return strings.Join(xs, ", ")
+}
+
+// poolSetup says how a pool's GPUs are set up, for reasons.
+func poolSetup(p *pool) string {
+	switch {
+	case p.spec.MIG == "dynamic" && p.gpu.MIG != nil:
+		return p.gpu.ID + ", MIG made as needed"
+	case len(p.layout) > 0:
+		return p.gpu.ID + ", MIG " + p.layout.String()
+	}
+	sh := p.spec.Sharing
+	switch sh.Mode {
+	case alloc.TimeSlice:
+		return fmt.Sprintf("%s, time-sliced ×%d", p.gpu.ID, sh.Replicas)
+	case alloc.MPS:
+		return fmt.Sprintf("%s, MPS ≤%d clients", p.gpu.ID, sh.MaxClients)
+	case alloc.Exclusive:
+		return p.gpu.ID + ", whole GPUs unshared"
+	}
+	return p.gpu.ID + ", sharing decided per GPU"
 }
 
 // couldHold says whether an empty node of the pool could take the replica.

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -187,4 +188,31 @@ func makeOnePass(s *model.Spec) (*Plan, error) {
 	defer func(n int) { passes = n }(passes)
 	passes = 0
 	return Make(s, Options{})
+}
+
+// Issue #11 item 7: a replica no pool can take says which pools exist and
+// why none qualifies, not just "0/0 nodes are available".
+func TestUnplacedSaysWhyEveryPoolFails(t *testing.T) {
+	s := &model.Spec{
+		Pools: []model.Pool{
+			{Name: "l4", InstanceType: "g6.xlarge", Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}},
+			{Name: "t4", InstanceType: "g4dn.xlarge", Sharing: alloc.Sharing{Mode: alloc.Exclusive}},
+		},
+		Workloads: []model.Workload{{Name: "infer", Tenant: "a", Replicas: 1,
+			Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 4096, Mode: alloc.MPS}}}},
+	}
+	p, err := Make(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Unplaced) != 1 {
+		t.Fatalf("unplaced %+v", p.Unplaced)
+	}
+	why := p.Unplaced[0].Reason
+	for _, want := range []string{"asks for request gpu mode mps 4096 MiB", "pool l4 (L4, time-sliced ×4): a new node would not hold it either",
+		"pool t4 (T4, whole GPUs unshared): a new node would not hold it either"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("reason lacks %q:\n%s", want, why)
+		}
+	}
 }
