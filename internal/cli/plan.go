@@ -85,6 +85,7 @@ func formatNames() string {
 
 func renderCmd(e *env) *cobra.Command {
 	var format, target string
+	var opts artifacts.Options
 	cmd := &cobra.Command{
 		Use:   "render FILE... --target " + strings.Join(artifacts.Targets(), "|"),
 		Short: "Write the files other tools consume: device-plugin and mig-parted configs, DRA objects, Deployments, NodePools",
@@ -103,7 +104,7 @@ func renderCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := artifacts.Render(target, s, p)
+			out, err := artifacts.RenderWith(target, s, p, opts)
 			if err != nil {
 				return err
 			}
@@ -113,6 +114,7 @@ func renderCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&target, "target", "", "what to write: "+strings.Join(artifacts.Targets(), ", "))
 	cmd.Flags().StringVar(&format, "format", "", "input format (default: detected): "+formatNames())
+	cmd.Flags().BoolVar(&opts.DRADeviceClasses, "dra-device-classes", false, "with --target dra, also write the DeviceClasses NVIDIA's DRA driver installs itself (gpu.nvidia.com, mig.nvidia.com)")
 	_ = cmd.RegisterFlagCompletionFunc("target", cobra.FixedCompletions(artifacts.Targets(), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

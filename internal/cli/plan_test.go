@@ -49,3 +49,17 @@ func TestPlanHonoursImportedDevicePluginConfig(t *testing.T) {
 		t.Errorf("no conflict naming both positions:\n%s", out)
 	}
 }
+
+// Issue #11 item 6: render --target dra writes NVIDIA's DeviceClasses only
+// with --dra-device-classes, and plan warns about the driver's feature gates.
+func TestRenderDRADeviceClassesFlag(t *testing.T) {
+	if out := run("render", "../../examples/gpuslice.yaml", "--target", "dra"); strings.Contains(out, "kind: DeviceClass") {
+		t.Errorf("DeviceClasses without the flag")
+	}
+	if out := run("render", "../../examples/gpuslice.yaml", "--target", "dra", "--dra-device-classes"); strings.Count(out, "kind: DeviceClass") != 2 {
+		t.Errorf("want 2 DeviceClasses with the flag:\n%.800s", out)
+	}
+	if out := run("plan", "../../examples/gpuslice.yaml"); !strings.Contains(out, "feature gate(s) TimeSlicingSettings and MPSSupport") {
+		t.Errorf("plan does not warn about the DRA driver's feature gates:\n%s", out)
+	}
+}
