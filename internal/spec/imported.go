@@ -323,7 +323,9 @@ func (a *applier) applyDevicePlugin(p *Pool, g *catalog.GPU, imp *ImportedSharin
 		// Same setup; the spec's finer MPS defaults stay.
 	default:
 		p.Sharing = want
-		p.FixedBy = append(p.FixedBy, fmt.Sprintf("whole GPUs: %s, fixed by %s", sharingText(want), from))
+		if p.MIG != "fixed" { // a fixed layout leaves no whole GPU to share
+			p.FixedBy = append(p.FixedBy, fmt.Sprintf("whole GPUs: %s, fixed by %s", sharingText(want), from))
+		}
 	}
 	// MIG devices.
 	if p.MIG != "" && imp.MIGStrategy == "none" {
