@@ -53,8 +53,8 @@ func run(m *testing.M) (int, error) {
 		defer os.RemoveAll(dir)
 		bin = filepath.Join(dir, "gpuslice")
 		// -mod=readonly: building never changes the main module's go.mod or
-		// go.sum. GOTOOLCHAIN=local: the main module builds with the Go it
-		// names (this module may need a newer one).
+		// go.sum. GOTOOLCHAIN=local: no toolchain switch for the build (the
+		// Go running this test is new enough for the main module).
 		cmd := exec.Command("go", "build", "-mod=readonly", "-o", bin, "./cmd/gpuslice")
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOTOOLCHAIN=local")

@@ -92,22 +92,17 @@ func checkKubernetes(t *testing.T, out []byte) {
 }
 
 // checkKarpenter: Karpenter's NodePool types, strictly decoded, and its
-// RuntimeValidate.
+// RuntimeValidate (pools without an instance type get no NodePool).
 func checkKarpenter(t *testing.T, out []byte) {
-	n := 0
 	for _, doc := range documents(out) {
 		np, ok := decodeAny(t, doc).(*karpv1.NodePool)
 		if !ok {
 			t.Errorf("not a NodePool:\n%s", doc)
 			continue
 		}
-		n++
 		if err := np.RuntimeValidate(context.Background()); err != nil {
 			t.Errorf("NodePool %s: %v", np.Name, err)
 		}
-	}
-	if n == 0 {
-		t.Error("no NodePool")
 	}
 }
 
