@@ -37,6 +37,7 @@ func renderKubernetes(s *model.Spec, p *plan.Plan) ([]byte, error) {
 	}
 	for i := range s.Workloads {
 		o, notes := deployment(&s.Workloads[i], p)
+		pluginResources(o, s, &s.Workloads[i], p) // names under an imported device-plugin config (resourcename.go)
 		objs = append(objs, o)
 		comments = append(comments, notes)
 	}

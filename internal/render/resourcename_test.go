@@ -1,6 +1,7 @@
 package render
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -96,4 +97,19 @@ func mustPlan(t *testing.T, s *spec.Spec) *plan.Plan {
 		t.Fatalf("unplaced: %+v", p.Unplaced)
 	}
 	return p
+}
+
+// Under an imported config with renameByDefault, pods ask for the renamed
+// resource the plugin advertises.
+func TestKubernetesAsksForRenamedResources(t *testing.T) {
+	dir := filepath.Join("testdata", "imports", "dp-timeslicing")
+	all, _ := importCase(t, dir)
+	s := readApplied(t, all)
+	out, err := Render("kubernetes", s, mustPlan(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "nvidia.com/gpu.shared: 1") || strings.Contains(string(out), "nvidia.com/gpu: 1") {
+		t.Errorf("the Deployment does not ask for nvidia.com/gpu.shared:\n%s", out)
+	}
 }
