@@ -55,13 +55,17 @@ var (
 //     with MaxClients = replicas and DefaultThreadPercent = 100/replicas
 //     (what the device plugin's MPS daemon sets), or exclusive.
 //   - With migStrategy mixed, MIGSharing is how nvidia.com/mig-<profile>
-//     resources are shared, and Devices holds one entry (All, MIGEnabled)
+//     resources are shared (the largest replicas; DevicePlugin.Replicas
+//     has each resource's own), and Devices holds one entry (All, MIGEnabled)
 //     whose MIGDevices keys name the shared profiles ("1g.5gb+me" for
 //     nvidia.com/mig-1g.5gb.me); its counts are 0 because the device plugin
 //     does not set instance counts (mig-parted does). With migStrategy
 //     single, MIG devices are nvidia.com/gpu and MIGSharing equals Sharing.
 //   - MIGStrategy is flags.migStrategy as written ("" when not set; the
 //     device plugin's command line or Helm value then decides).
+//   - Text is the config as written and DevicePlugin its naming and
+//     admission settings (renameByDefault, failRequestsGreaterThanOne, the
+//     shared resources with their replicas); Key is the data key.
 //
 // It validates as the device plugin does (api/config/v1 and the plugin's
 // start-up checks) and says so in each message; see the package tests for
@@ -615,7 +619,6 @@ func (w *walker) dpApply(imp *ImportedSharing, rr *dpReplicated, mode alloc.Mode
 		return alloc.Sharing{Mode: alloc.TimeSlice, Replicas: n}
 	}
 	migReplicas := map[string]int{}
-	var migNode *yaml.Node
 	for _, r := range rr.resources {
 		switch {
 		case r.name == DevicePluginGPUResource:
@@ -646,9 +649,6 @@ func (w *walker) dpApply(imp *ImportedSharing, rr *dpReplicated, mode alloc.Mode
 					"%s exists only with migStrategy mixed, which this config does not set", r.name)
 			}
 			migReplicas[prof] = r.replicas
-			if migNode == nil {
-				migNode = r.nameNode
-			}
 		default:
 			w.warnf(r.nameNode, join(r.path, "name"), "use nvidia.com/gpu or nvidia.com/mig-<profile>",
 				"%s matches no device: the device plugin advertises only nvidia.com/gpu and nvidia.com/mig-<profile>", r.name)
@@ -665,18 +665,11 @@ func (w *walker) dpApply(imp *ImportedSharing, rr *dpReplicated, mode alloc.Mode
 	}
 	sort.Strings(profiles)
 	dev := ImportedDevices{All: true, MIGEnabled: true, MIGDevices: map[string]int{}}
-	var per []string
 	for _, p := range profiles {
 		dev.MIGDevices[p] = 0
-		per = append(per, fmt.Sprintf("%s %d", p, migReplicas[p]))
 	}
 	imp.Devices = append(imp.Devices, dev)
+	// MIGSharing summarizes (the largest); each profile's own replicas are
+	// in DevicePlugin.Replicas, which ApplyImported gives its instances.
 	imp.MIGSharing = sharing(largest)
-	for _, p := range profiles {
-		if migReplicas[p] != largest {
-			w.warnf(migNode, join(rr.path, "resources"), "gpuslice keeps one MIG sharing per config",
-				"MIG profiles are shared with different replicas (%s); the import uses the largest, %d", strings.Join(per, ", "), largest)
-			break
-		}
-	}
 }

@@ -78,7 +78,6 @@ func TestDevicePluginConfigDiagnostics(t *testing.T) {
 			wants: []string{"E 3:24 MPS on MIG devices is not supported"}},
 		{name: "MIG resources with mixed", in: "flags: {migStrategy: mixed}\n" + tsHead[len("version: v1\n"):] +
 			"    - {name: nvidia.com/mig-1g.5gb, replicas: 4}\n    - {name: nvidia.com/mig-1g.5gb.me, replicas: 2}\n    - {name: nvidia.com/gpu, replicas: 3}\n",
-			wants: []string{"W 6:14 the import uses the largest, 4"},
 			check: func(t *testing.T, s *Spec) {
 				nvImported(t, s, ImportedSharing{Source: SourceDevicePlugin, Name: "default", MIGStrategy: "mixed",
 					Sharing: nvTS(3), MIGSharing: nvTS(4),
