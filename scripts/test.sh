@@ -58,6 +58,15 @@ go test -count=1 ./...
 phase "race: go test -race of the concurrent parts"
 go test -count=1 -race ./internal/server/... ./internal/state/... ./internal/agent/... ./internal/cli/...
 
+phase "consumers: every render parsed by the tools that consume it (test/consumers, its own go.mod)"
+# A separate module so the main module does not depend on these versions:
+# k8s-device-plugin v0.19.3, mig-parted v0.13.1, Karpenter v1.15.0 (which
+# needs Go >= 1.26.9: GOTOOLCHAIN takes go1.27.3 from the module proxy, a
+# few seconds once per machine), k8s.io/api strict decoding. It builds the
+# gpuslice binary from this checkout with -mod=readonly, so neither go.mod
+# nor go.sum of the main module changes.
+(cd test/consumers && GOTOOLCHAIN=go1.27.3 GOFLAGS=-mod=readonly go test -count=1 ./...)
+
 if [ "$fuzztime" != "0" ]; then
   phase "fuzz: every fuzz target, $fuzztime each"
   for pkg in $(go list ./...); do

@@ -33,6 +33,10 @@ func readSpecs(e *env, files []string, format string) (*spec.Spec, error) {
 			merged = spec.Merge(merged, s)
 		}
 	}
+	// Imported NVIDIA configs become the fixed setup of their pools.
+	if merged != nil && all.Err() == nil {
+		all = append(all, spec.ApplyImported(merged)...)
+	}
 	all.Sort()
 	if err := all.Err(); err != nil {
 		return nil, err
@@ -81,6 +85,7 @@ func formatNames() string {
 
 func renderCmd(e *env) *cobra.Command {
 	var format, target string
+	var opts artifacts.Options
 	cmd := &cobra.Command{
 		Use:   "render FILE... --target " + strings.Join(artifacts.Targets(), "|"),
 		Short: "Write the files other tools consume: device-plugin and mig-parted configs, DRA objects, Deployments, NodePools",
@@ -99,7 +104,7 @@ func renderCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := artifacts.Render(target, s, p)
+			out, err := artifacts.RenderWith(target, s, p, opts)
 			if err != nil {
 				return err
 			}
@@ -109,6 +114,7 @@ func renderCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&target, "target", "", "what to write: "+strings.Join(artifacts.Targets(), ", "))
 	cmd.Flags().StringVar(&format, "format", "", "input format (default: detected): "+formatNames())
+	cmd.Flags().BoolVar(&opts.DRADeviceClasses, "dra-device-classes", false, "with --target dra, also write the DeviceClasses NVIDIA's DRA driver installs itself (gpu.nvidia.com, mig.nvidia.com)")
 	_ = cmd.RegisterFlagCompletionFunc("target", cobra.FixedCompletions(artifacts.Targets(), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
@@ -130,6 +136,9 @@ func planTable(p *plan.Plan) *table {
 	t := &table{header: []string{"POOL", "INSTANCE", "GPU", "NODES", "GPUS USED", "LAYOUT / SHARING"}}
 	for _, pp := range p.Pools {
 		t.add(pp.Name, orDashS(pp.InstanceType), pp.GPU, pp.Nodes, fmt.Sprintf("%d/%d", pp.GPUsUsed, pp.Nodes*pp.GPUsPerNode), "")
+		for _, f := range pp.FixedBy {
+			t.add("", "", "", "", "", "config: "+f)
+		}
 		// Consecutive idle GPUs of a node with the same layout share one
 		// row: "node/1-7".
 		for i := 0; i < len(pp.GPUs); i++ {

@@ -13,8 +13,9 @@ type Spec struct {
 	Pools     []Pool       `json:"pools,omitempty"`
 	Tenants   []Tenant     `json:"tenants,omitempty"`
 	Workloads []Workload   `json:"workloads,omitempty"`
-	// Imported holds sharing setups read from NVIDIA configs that apply to
-	// pools by name (device-plugin config name, mig-parted config name).
+	// Imported holds sharing setups read from NVIDIA configs; the
+	// readers fill it and spec.ApplyImported matches each to the pools it
+	// applies to (see ImportedSharing).
 	Imported []ImportedSharing `json:"imported,omitempty"`
 }
 
@@ -42,6 +43,24 @@ type Pool struct {
 	Taints     []Taint           `json:"taints,omitempty"`
 	// Where is the file position that defined the pool.
 	Where Pos `json:"-"`
+	// SharingWhere, MIGWhere and MIGSharingWhere are where the spec set
+	// Sharing, MIG (and MIGLayout) and MIGSharing; the zero Pos means the
+	// reader's default, which an imported config may replace. A value the
+	// spec set that an imported config contradicts is an error naming both.
+	SharingWhere    Pos `json:"-"`
+	MIGWhere        Pos `json:"-"`
+	MIGSharingWhere Pos `json:"-"`
+	// MIGSharingByProfile overrides MIGSharing for the instances of one
+	// profile (a device-plugin config shares each nvidia.com/mig-<profile>
+	// resource on its own, and leaves the others unshared).
+	MIGSharingByProfile map[string]alloc.Sharing `json:"migSharingByProfile,omitempty"`
+	// DevicePlugin and MIGParted are the imported configs that fix this
+	// pool's sharing and MIG layout (set by spec.ApplyImported); render
+	// writes them back with every setting the planner does not decide.
+	DevicePlugin *ImportedSharing `json:"devicePlugin,omitempty"`
+	MIGParted    *ImportedSharing `json:"migParted,omitempty"`
+	// FixedBy says, one line each, what an imported config fixed.
+	FixedBy []string `json:"fixedBy,omitempty"`
 }
 
 // Taint is a Kubernetes node taint the pool's nodes carry.
@@ -100,12 +119,32 @@ type Autoscaling struct {
 	MinimumNodesInPool                 int  `json:"minimumNodesInPool,omitempty"`
 }
 
-// ImportedSharing is the sharing setup an NVIDIA config describes.
+// ImportedSharing is the sharing setup an NVIDIA config describes: what
+// the cluster's nodes have (or must have). spec.ApplyImported makes it the
+// fixed configuration of the pools it applies to.
 type ImportedSharing struct {
 	// Source is "nvidia-device-plugin" or "mig-parted"; Name the config
-	// name inside it (device-plugin config key, mig-parted config name).
+	// name inside it (device-plugin config key, or "default" for a bare
+	// config file; mig-parted config name).
 	Source string `json:"source"`
 	Name   string `json:"name"`
+	// Key is the ConfigMap data key a config was read from ("" for a bare
+	// file): the value of the node label that selects it.
+	Key string `json:"key,omitempty"`
+	// Text is a device-plugin config as written (the data value, or the
+	// file), line endings normalized and one final newline; render writes
+	// it back unchanged, so flags, renameByDefault,
+	// failRequestsGreaterThanOne and every other setting survive.
+	Text string `json:"-"`
+	// DevicePlugin holds the device-plugin settings that decide resource
+	// names and admission (nil for mig-parted).
+	DevicePlugin *DevicePluginSettings `json:"devicePlugin,omitempty"`
+	// SharingWhere is where the config sets Sharing (its replicas), for
+	// messages about conflicts.
+	SharingWhere Pos `json:"-"`
+	// File is the file a mig-parted config came from: configs of one file
+	// are written back together.
+	File string `json:"-"`
 	// Sharing applies to whole GPUs (and, with MIG strategy mixed, to MIG
 	// devices of the listed resources).
 	Sharing    alloc.Sharing `json:"sharing,omitempty"`
@@ -126,6 +165,23 @@ type ImportedDevices struct {
 	DeviceFilter []string       `json:"deviceFilter,omitempty"`
 	MIGEnabled   bool           `json:"migEnabled"`
 	MIGDevices   map[string]int `json:"migDevices,omitempty"`
+	// Where is the entry's position; DevicesWhere that of its mig-devices.
+	Where        Pos `json:"-"`
+	DevicesWhere Pos `json:"-"`
+}
+
+// DevicePluginSettings are the parts of a device-plugin config that
+// decide what a pod asks for and what the plugin admits.
+type DevicePluginSettings struct {
+	// Mode is the sharing section in force: "timeSlicing", "mps" or "".
+	Mode string `json:"mode,omitempty"`
+	// RenameByDefault advertises shared resources as <name>.shared.
+	RenameByDefault bool `json:"renameByDefault,omitempty"`
+	// FailRequestsGreaterThanOne as written (nil: not set).
+	FailRequestsGreaterThanOne *bool `json:"failRequestsGreaterThanOne,omitempty"`
+	// Replicas maps each shared resource (nvidia.com/gpu,
+	// nvidia.com/mig-1g.5gb) to its replicas.
+	Replicas map[string]int `json:"replicas,omitempty"`
 }
 
 // Pos is a position in an input file.

@@ -88,7 +88,7 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 		p.Placements = append(p.Placements, Placement{Workload: r.wl.Name, Tenant: r.wl.Tenant, Replica: r.n,
 			Pool: poolOf(a, state), Devices: a.Devices, Why: a.Why})
 	}
-	p.explainUnplaced(state, first)
+	p.explainUnplaced(state, pools, first)
 	p.fill(s, pools, state, cat, keep)
 	p.warn(s, pools, state)
 	if onPlanned != nil {
@@ -189,7 +189,7 @@ func growFor(state *alloc.State, pools []*pool, r *replica, tried map[*pool]bool
 // does not fit (the allocator's per-node reasons); the replicas of one
 // workload share the first one's reasons. A replica that fits the final
 // fleet after all (possible for multi-device claims) is placed.
-func (p *Plan) explainUnplaced(state *alloc.State, ps *pass) {
+func (p *Plan) explainUnplaced(state *alloc.State, pools []*pool, ps *pass) {
 	firstOf := map[*model.Workload]string{}
 	reasonOf := map[*model.Workload]string{}
 	for _, i := range ps.unplaced {
@@ -208,9 +208,32 @@ func (p *Plan) explainUnplaced(state *alloc.State, ps *pass) {
 				continue
 			}
 		}
-		firstOf[r.wl], reasonOf[r.wl] = c.Name, err.Error()
-		p.Unplaced = append(p.Unplaced, Unplaced{Workload: r.wl.Name, Replica: r.n, Reason: err.Error()})
+		why := unplacedReason(err, pools, *r, newNodeWhy(state, pools, r))
+		firstOf[r.wl], reasonOf[r.wl] = c.Name, why
+		p.Unplaced = append(p.Unplaced, Unplaced{Workload: r.wl.Name, Replica: r.n, Reason: why})
 	}
+}
+
+// newNodeWhy says, for each pool that could still grow and whose GPUs
+// could hold r, why a fresh node of it would not take r either (the
+// allocator's reason on that node), by adding the node to the final state,
+// asking, and taking it back. Only replicas that stay unplaced get here.
+func newNodeWhy(state *alloc.State, pools []*pool, r *replica) map[*pool]string {
+	out := map[*pool]string{}
+	for _, pl := range pools {
+		if (r.wl.Pool != "" && r.wl.Pool != pl.spec.Name) || !pl.auto || pl.nodes >= pl.max || !couldHold(pl, *r) {
+			continue
+		}
+		name := nodeName(pl, pl.nodes)
+		if err := state.AddNode(newNode(pl, name)); err != nil {
+			continue
+		}
+		if _, err := state.Allocate(&r.claim); err != nil {
+			out[pl] = nodeReason(err, name)
+		}
+		_ = state.RemoveNode(name)
+	}
+	return out
 }
 
 // passes is how many more passes refine makes (a variable so a test can
@@ -460,8 +483,12 @@ func newNode(p *pool, name string) alloc.Node {
 				sh.Mode = alloc.Dynamic
 			}
 			for _, in := range p.layout {
+				ish := sh
+				if by, ok := p.spec.MIGSharingByProfile[in.Profile]; ok {
+					ish = by // an imported device-plugin config shares per profile
+				}
 				g.Instances = append(g.Instances, alloc.MIGInstance{UUID: fmt.Sprintf("MIG-%s-%d-%s-%d", name, gi, in.Profile, in.Start),
-					Profile: in.Profile, Start: in.Start, Sharing: sh})
+					Profile: in.Profile, Start: in.Start, Sharing: ish})
 			}
 		}
 		n.GPUs = append(n.GPUs, g)
@@ -487,6 +514,88 @@ func pickGrowth(pools []*pool, r replica, tried map[*pool]bool) *pool {
 		}
 	}
 	return best
+}
+
+// nodeReason is the allocator's reason for one node in a no-fit error.
+func nodeReason(err error, node string) string {
+	var nf *alloc.NoFitError
+	if errors.As(err, &nf) {
+		if why := nf.PerNode[node]; why != "" {
+			return why
+		}
+	}
+	return err.Error()
+}
+
+// unplacedReason is the allocator's reason for a replica that fits
+// nowhere, followed by why each pool cannot take it, so that "0/0 nodes
+// are available" (no pool has a node yet) still says what is wrong.
+func unplacedReason(err error, pools []*pool, r replica, newNodeWhy map[*pool]string) string {
+	var parts []string
+	for _, p := range pools {
+		var why string
+		switch {
+		case r.wl.Pool != "" && r.wl.Pool != p.spec.Name:
+			continue // pinned elsewhere
+		case newNodeWhy[p] != "":
+			why = "a new node would not hold it either: " + newNodeWhy[p]
+		case !couldHold(p, r):
+			why = fmt.Sprintf("its %s GPUs cannot hold the request (%d MiB; profiles: %s)", p.gpu.ID, p.gpu.MemoryMiB, orNone(p.gpu.ProfileNames()))
+		case !p.auto:
+			why = fmt.Sprintf("its %d node(s) are fixed (nodes: %d)", p.nodes, p.nodes)
+		case p.nodes >= p.max:
+			why = fmt.Sprintf("it is at its maxNodes (%d)", p.max)
+		default:
+			why = "not tried"
+		}
+		parts = append(parts, fmt.Sprintf("pool %s (%s): %s", p.spec.Name, poolSetup(p), why))
+	}
+	var asks []string
+	for _, q := range r.claim.Requests {
+		a := "request " + q.Name
+		if q.Mode != "" {
+			a += " mode " + string(q.Mode)
+		}
+		if q.Profile != "" {
+			a += " profile " + q.Profile
+		}
+		if q.MemoryMiB > 0 {
+			a += fmt.Sprintf(" %d MiB", q.MemoryMiB)
+		}
+		asks = append(asks, a)
+	}
+	head := err.Error() + "; it asks for " + strings.Join(asks, ", ")
+	if len(parts) == 0 {
+		return head + "; no pool is open to it"
+	}
+	return head + "; " + strings.Join(parts, "; ")
+}
+
+func orNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none, no MIG"
+	}
+	return strings.Join(xs, ", ")
+}
+
+// poolSetup says how a pool's GPUs are set up, for reasons.
+func poolSetup(p *pool) string {
+	switch {
+	case p.spec.MIG == "dynamic" && p.gpu.MIG != nil:
+		return p.gpu.ID + ", MIG made as needed"
+	case len(p.layout) > 0:
+		return p.gpu.ID + ", MIG " + p.layout.String()
+	}
+	sh := p.spec.Sharing
+	switch sh.Mode {
+	case alloc.TimeSlice:
+		return fmt.Sprintf("%s, time-sliced ×%d", p.gpu.ID, sh.Replicas)
+	case alloc.MPS:
+		return fmt.Sprintf("%s, MPS ≤%d clients", p.gpu.ID, sh.MaxClients)
+	case alloc.Exclusive:
+		return p.gpu.ID + ", whole GPUs unshared"
+	}
+	return p.gpu.ID + ", sharing decided per GPU"
 }
 
 // couldHold says whether an empty node of the pool could take the replica.

@@ -274,3 +274,30 @@ func TestUnplacedAreExplained(t *testing.T) {
 		t.Errorf("nodes: l4 %d, t4 %d; want 2 and 0", p.Pools[0].Nodes, p.Pools[1].Nodes)
 	}
 }
+
+// Issue #11 item 7: a replica no pool can take says which pools exist and
+// why none qualifies, not just "0/0 nodes are available".
+func TestUnplacedSaysWhyEveryPoolFails(t *testing.T) {
+	s := &model.Spec{
+		Pools: []model.Pool{
+			{Name: "l4", InstanceType: "g6.xlarge", Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}},
+			{Name: "t4", InstanceType: "g4dn.xlarge", Sharing: alloc.Sharing{Mode: alloc.Exclusive}},
+		},
+		Workloads: []model.Workload{{Name: "infer", Tenant: "a", Replicas: 1,
+			Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 4096, Mode: alloc.MPS}}}},
+	}
+	p, err := Make(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Unplaced) != 1 {
+		t.Fatalf("unplaced %+v", p.Unplaced)
+	}
+	why := p.Unplaced[0].Reason
+	for _, want := range []string{"asks for request gpu mode mps 4096 MiB", "pool l4 (L4, time-sliced ×4): a new node would not hold it either",
+		"pool t4 (T4, whole GPUs unshared): a new node would not hold it either"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("reason lacks %q:\n%s", want, why)
+		}
+	}
+}

@@ -29,7 +29,7 @@ func (p *Plan) fill(s *model.Spec, pools []*pool, state *alloc.State, cat *catal
 	fleet := state.Fleet()
 	byPool := map[string]*PoolPlan{}
 	for _, pl := range pools {
-		pp := PoolPlan{Name: pl.spec.Name, GPU: pl.gpu.ID, GPUsPerNode: pl.per, Nodes: pl.nodes, Labels: pl.spec.Labels}
+		pp := PoolPlan{Name: pl.spec.Name, GPU: pl.gpu.ID, GPUsPerNode: pl.per, Nodes: pl.nodes, Labels: pl.spec.Labels, FixedBy: pl.spec.FixedBy}
 		if pl.it != nil {
 			pp.InstanceType = pl.it.Name
 			if pl.it.Price != nil {
@@ -215,6 +215,9 @@ func (p *Plan) warn(s *model.Spec, pools []*pool, state *alloc.State) {
 			p.Warnings = append(p.Warnings, fmt.Sprintf("tenant %s needs %d%% compute, over its quota of %d%%", t.Name, comp, t.ComputePercent))
 		}
 	}
+	if gates := draFeatureGates(p); len(gates) > 0 {
+		p.Warnings = append(p.Warnings, fmt.Sprintf("rendered as DRA claims (render --target dra), the time-sliced and MPS devices need NVIDIA's DRA driver feature gate(s) %s: alpha and off in its default Helm values (checked against v25.12.0), and without them the driver rejects the claims' sharing configs", strings.Join(gates, " and ")))
+	}
 	if len(p.Unplaced) > 0 {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("%d replica(s) fit nowhere (see unplaced)", len(p.Unplaced)))
 	}
@@ -239,4 +242,25 @@ func list(m map[string]bool) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, ", ")
+}
+
+// draFeatureGates names the NVIDIA DRA driver feature gates the plan's
+// shared devices need as DRA claims: TimeSlicingSettings for time-slicing,
+// MPSSupport for MPS (render's dra target says the same in its header).
+func draFeatureGates(p *Plan) []string {
+	var ts, mps bool
+	for _, pl := range p.Placements {
+		for _, d := range pl.Devices {
+			ts = ts || d.Mode == alloc.TimeSlice
+			mps = mps || d.Mode == alloc.MPS
+		}
+	}
+	var out []string
+	if ts {
+		out = append(out, "TimeSlicingSettings")
+	}
+	if mps {
+		out = append(out, "MPSSupport")
+	}
+	return out
 }

@@ -26,6 +26,8 @@ type PoolPlan struct {
 	PricePerNodeHour *float64          `json:"pricePerNodeHour,omitempty"`
 	GPUs             []GPUPlan         `json:"gpus"`
 	Labels           map[string]string `json:"labels,omitempty"`
+	// FixedBy says what imported NVIDIA configs fixed (model.Pool.FixedBy).
+	FixedBy []string `json:"fixedBy,omitempty"`
 }
 
 // GPUPlan is one physical GPU: whole (with its sharing) or partitioned.

@@ -55,12 +55,6 @@ type dpMIGResource struct {
 	replicas int
 }
 
-// dpMIGResourceName is the device plugin's resource name for a MIG profile:
-// nvidia.com/mig-<profile> with "+" written as ".".
-func dpMIGResourceName(profile string) string {
-	return dpMIGResourcePrefix + strings.ReplaceAll(profile, "+", ".")
-}
-
 // dpTally counts how the devices of one kind are shared.
 type dpTally struct {
 	ts, mps, exclusive, dynamic int
@@ -215,7 +209,7 @@ func (c dpConfig) text() string {
 		list = append(list, res{dpGPUResource, c.replicas})
 	}
 	for _, m := range c.mig {
-		list = append(list, res{dpMIGResourceName(m.profile), m.replicas})
+		list = append(list, res{migResourceName(m.profile), m.replicas})
 	}
 	if len(list) == 0 {
 		return b.String()
@@ -251,7 +245,7 @@ func dpOneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // superset, so a pool name that passes is both.
 var dpReLabelValue = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
 
-func renderDevicePlugin(_ *model.Spec, p *plan.Plan) ([]byte, error) {
+func renderDevicePlugin(s *model.Spec, p *plan.Plan) ([]byte, error) {
 	if p == nil || len(p.Pools) == 0 {
 		return nil, fmt.Errorf("nvidia-device-plugin: the plan has no pools")
 	}
@@ -272,6 +266,7 @@ func renderDevicePlugin(_ *model.Spec, p *plan.Plan) ([]byte, error) {
 	b.WriteString("  labels:\n    app.kubernetes.io/managed-by: gpuslice\n")
 	b.WriteString("data:\n")
 	seen := map[string]bool{}
+	written := map[string]string{} // data key -> text, for imported configs pools share
 	for i := range p.Pools {
 		pp := &p.Pools[i]
 		if len(pp.Name) > 63 || !dpReLabelValue.MatchString(pp.Name) {
@@ -282,11 +277,41 @@ func renderDevicePlugin(_ *model.Spec, p *plan.Plan) ([]byte, error) {
 		}
 		seen[pp.Name] = true
 		c := dpPoolConfig(pp)
-		b.WriteString("  # " + dpOneLine(c.about) + "\n")
-		b.WriteString("  " + dpYAMLKey(pp.Name) + ": |\n")
-		for _, l := range strings.Split(strings.TrimSuffix(c.text(), "\n"), "\n") {
-			b.WriteString("    " + l + "\n")
+		if sp := mpSpecPool(s, pp.Name); sp != nil && sp.DevicePlugin != nil {
+			key, about, text := dpImportedEntry(sp, pp, c)
+			if prev, ok := written[key]; ok {
+				if prev != text {
+					return nil, fmt.Errorf("nvidia-device-plugin: two pools use data key %q with different configs", key)
+				}
+				b.WriteString("  # pool " + dpOneLine(pp.Name) + " uses data key " + dpOneLine(key) + " above\n")
+				continue
+			}
+			written[key] = text
+			for _, l := range about {
+				b.WriteString("  # " + dpOneLine(l) + "\n")
+			}
+			dpWriteBlock(&b, key, text)
+			continue
 		}
+		if _, ok := written[pp.Name]; ok {
+			return nil, fmt.Errorf("nvidia-device-plugin: data key %q is both an imported config and pool %s", pp.Name, pp.Name)
+		}
+		written[pp.Name] = c.text()
+		b.WriteString("  # " + dpOneLine(c.about) + "\n")
+		dpWriteBlock(&b, pp.Name, c.text())
+	}
+	// Imported configs no pool uses are carried through too.
+	for _, imp := range dpUnusedImports(s) {
+		key := imp.Key
+		if key == "" {
+			key = imp.Name
+		}
+		if _, ok := written[key]; ok {
+			return nil, fmt.Errorf("nvidia-device-plugin: data key %q is written twice (an imported config no pool uses, and a pool's)", key)
+		}
+		written[key] = imp.Text
+		b.WriteString("  # imported from " + dpOneLine(dpPosText(imp.Where)) + ", used by no pool of the plan; written back unchanged\n")
+		dpWriteBlock(&b, key, imp.Text)
 	}
 	return b.Bytes(), nil
 }

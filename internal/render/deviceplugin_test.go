@@ -57,11 +57,6 @@ func TestDevicePluginRoundTripReader(t *testing.T) {
 	out := renderDP(t)
 	s, diags := spec.ReadDevicePluginConfig("nvidia-device-plugin.yaml", out)
 	for _, d := range diags {
-		// h100-dyn shares two MIG profiles with different replicas, which
-		// gpuslice's one-MIGSharing-per-config model notes on import.
-		if d.Severity == spec.Warning && strings.Contains(d.Message, "the import uses the largest") && strings.HasPrefix(d.Path, "data[h100-dyn]") {
-			continue
-		}
 		t.Errorf("%s", d)
 	}
 	if len(s.Imported) != len(nvWantDP) {

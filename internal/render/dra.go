@@ -27,8 +27,10 @@ func init() { register("dra", renderDRA) }
 // and a ResourceClaimTemplate whose requests, selectors, constraints and
 // sharing config match what the plan decided for it.
 func renderDRA(s *model.Spec, p *plan.Plan) ([]byte, error) {
-	objs := []obj{deviceClass(gpuClass, "gpu"), deviceClass(migClass, "mig")}
-	comments := [][]string{{"whole GPUs published by NVIDIA's DRA driver"}, {"MIG devices published by NVIDIA's DRA driver"}}
+	// NVIDIA's driver installs its DeviceClasses; RenderWith adds them on
+	// request (dra_driver.go).
+	var objs []obj
+	var comments [][]string
 	for _, ns := range namespaces(s) {
 		objs = append(objs, namespace(ns))
 		comments = append(comments, nil)
@@ -52,7 +54,7 @@ func renderDRA(s *model.Spec, p *plan.Plan) ([]byte, error) {
 		objs = append(objs, o)
 		comments = append(comments, notes)
 	}
-	return documents([]string{"DRA DeviceClasses and ResourceClaimTemplates rendered by gpuslice from " + strings.Join(s.Sources, ", ")}, objs, comments)
+	return documents(append([]string{"DRA ResourceClaimTemplates rendered by gpuslice from " + strings.Join(s.Sources, ", ")}, draHeaderNotes(p)...), objs, comments)
 }
 
 func deviceClass(name, typ string) obj {
@@ -115,6 +117,9 @@ func claimTemplate(wl *model.Workload, p *plan.Plan) (obj, []string) {
 			if n := foreignNames(expr); n != "" {
 				notes = append(notes, fmt.Sprintf("request %s: its selector reads %s, which NVIDIA's DRA driver does not publish and gpuslice cannot translate; rewrite it before applying", r.Name, n))
 			}
+		}
+		if m := draModelSelector(p, wl, r, class); m != "" {
+			sel = append(sel, m) // the planned pool's model (dra_driver.go)
 		}
 		if r.MemoryMiB > 0 && !placed && profile == "" {
 			sel = append(sel, fmt.Sprintf("device.capacity['%s'].memory.compareTo(quantity('%s')) >= 0", gpuClass, quantityMiB(r.MemoryMiB)))

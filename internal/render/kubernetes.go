@@ -37,6 +37,7 @@ func renderKubernetes(s *model.Spec, p *plan.Plan) ([]byte, error) {
 	}
 	for i := range s.Workloads {
 		o, notes := deployment(&s.Workloads[i], p)
+		pluginResources(o, s, &s.Workloads[i], p) // names under an imported device-plugin config (resourcename.go)
 		objs = append(objs, o)
 		comments = append(comments, notes)
 	}
@@ -60,7 +61,7 @@ func deployment(wl *model.Workload, p *plan.Plan) (obj, []string) {
 			mode, profile, mem, comp = got.Mode, got.Profile, got.MemoryMiB, got.ComputePercent
 		}
 		if profile != "" {
-			res = "nvidia.com/mig-" + profile
+			res = migResourceName(profile) // "+me" is ".me" (resourcename.go)
 		}
 		count := max(r.Count, 1)
 		if prev, ok := limits[res].(int); ok {

@@ -223,6 +223,12 @@ func renderMIGParted(s *model.Spec, p *plan.Plan) ([]byte, error) {
 	seen := map[string]bool{}
 	for i := range p.Pools {
 		pp := &p.Pools[i]
+		if sp := mpSpecPool(s, pp.Name); sp != nil && sp.MIGParted != nil {
+			if err := mpWriteImported(&b, sp, pp, seen); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if len(pp.GPUs) == 0 {
 			continue
 		}
@@ -305,6 +311,9 @@ func renderMIGParted(s *model.Spec, p *plan.Plan) ([]byte, error) {
 				}
 			}
 		}
+	}
+	if err := mpWriteUnused(&b, s, seen); err != nil {
+		return nil, err
 	}
 	return b.Bytes(), nil
 }

@@ -147,15 +147,29 @@ func (c *composeFile) pool(g *composeGPU, name string, sl composeSlice, path str
 		w.warnf(g.node, path, "add timeSlicingReplicas: 2 to share each GPU, or migProfile to partition it",
 			"neither timeSlicingReplicas nor migProfile: every GPU goes to one replica")
 	}
+	// Compose decides every pool's sharing: what it sets is where it says
+	// so, and no timeSlicingReplicas means one replica per device, decided
+	// at the multiTenantGpu (an imported config that differs is a conflict).
+	shWhere := w.pos(g.node)
+	if n := g.f.get("timeSlicingReplicas"); n != nil {
+		shWhere = w.pos(n)
+	} else if sl.mode == alloc.MPS && sl.set["mode"] != nil {
+		shWhere = w.pos(sl.set["mode"])
+	}
+	if g.profile != nil {
+		p.MIGWhere = w.pos(g.f.get("migProfile"))
+	}
 	if sh.Mode != "" {
 		p.mode, p.slots = sh.Mode, max(sh.Replicas, sh.MaxClients)
 		if g.profile != nil {
-			p.MIGSharing = sh
+			p.MIGSharing, p.MIGSharingWhere = sh, shWhere
 		} else if !g.hasMIG {
-			p.Sharing = sh
+			p.Sharing, p.SharingWhere = sh, shWhere
 		}
 	} else if g.profile == nil && !g.hasMIG {
-		p.Sharing = alloc.Sharing{Mode: alloc.Exclusive}
+		p.Sharing, p.SharingWhere = alloc.Sharing{Mode: alloc.Exclusive}, shWhere
+	} else if g.profile != nil {
+		p.MIGSharingWhere = shWhere
 	}
 	return p
 }

@@ -179,6 +179,7 @@ func (d *draDoc) build() ([]alloc.Request, []alloc.Constraint) {
 		if len(sels) > 0 {
 			r.Selector = draAnd(sels)
 		}
+		instanceForProfile(&r)
 		devices += max(q.count, 1)
 		out = append(out, r)
 	}

@@ -89,7 +89,9 @@ func TestDRASeedFiles(t *testing.T) {
 	sharedGPU := draOne("shared-gpu", []alloc.Request{draWhole("gpu")})
 	sharedMIG := draOne("shared-mig", []alloc.Request{draMIGReq("mig-1g-5gb-0", "1g.5gb", alloc.MIG)})
 	noClass := []alloc.Request{{Name: "ts-gpu", Count: 1}}
-	migu := draOne("mig-devices", []alloc.Request{draMIGReq("mig-1g-5gb", "1g.5gb", ""), draMIGReq("mig-3g-20gb", "3g.20gb", "")}, draNode)
+	// An unknown class leaves the mode open, but naming a profile without
+	// memory asks for the instance (issue #11 item 7), not a 1/16 share.
+	migu := draOne("mig-devices", []alloc.Request{draMIGReq("mig-1g-5gb", "1g.5gb", alloc.MIG), draMIGReq("mig-3g-20gb", "3g.20gb", alloc.MIG)}, draNode)
 	miguErrs := []draWant{
 		draE("9:26", "spec.devices.requests[0].deviceClassName", `unknown device class "migu.nvidia.com" (did you mean "mig.nvidia.com"?`),
 		draE("14:26", "spec.devices.requests[1].deviceClassName", `unknown device class "migu.nvidia.com"`),

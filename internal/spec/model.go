@@ -12,5 +12,7 @@ type (
 	Autoscaling     = model.Autoscaling
 	ImportedSharing = model.ImportedSharing
 	ImportedDevices = model.ImportedDevices
-	Pos             = model.Pos
+	// DevicePluginSettings are a device-plugin config's naming and admission settings.
+	DevicePluginSettings = model.DevicePluginSettings
+	Pos                  = model.Pos
 )

@@ -138,12 +138,13 @@ func (w *walker) nativePool(n *yaml.Node, path string) Pool {
 		w.errorf(f.get("nodes"), join(path, "nodes"), fmt.Sprintf("at most maxNodes (%d)", p.MaxNodes), "%d nodes", p.Nodes)
 	}
 	if sh := f.get("sharing"); sh != nil {
-		p.Sharing = w.sharing(sh, join(path, "sharing"))
+		p.Sharing, p.SharingWhere = w.sharing(sh, join(path, "sharing")), w.pos(sh)
 	}
 	if sh := f.get("migSharing"); sh != nil {
-		p.MIGSharing = w.sharing(sh, join(path, "migSharing"))
+		p.MIGSharing, p.MIGSharingWhere = w.sharing(sh, join(path, "migSharing")), w.pos(sh)
 	}
 	if m := f.get("mig"); m != nil {
+		p.MIGWhere = w.pos(m)
 		w.nativeMIG(m, join(path, "mig"), gpu, &p)
 	}
 	if l := f.get("labels"); l != nil {

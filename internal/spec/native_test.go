@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/schema"
 )
 
@@ -152,4 +153,26 @@ func FuzzParseMemoryMiB(f *testing.F) {
 			t.Fatalf("ParseMemoryMiB(%q) = %d", s, v)
 		}
 	})
+}
+
+// Issue #11 item 7: a request naming a profile without memory asks for the
+// instance; with memory, or a mode, it stays as written.
+func TestNativeProfileWithoutMemoryIsTheInstance(t *testing.T) {
+	in := `apiVersion: gpuslice.dev/v1alpha1
+kind: Spec
+pools: [{name: a, instanceType: p4d.24xlarge, mig: dynamic}]
+workloads:
+  - {name: whole, tenant: t, replicas: 1, gpu: {profile: 3g.20gb}}
+  - {name: shared, tenant: t, replicas: 1, gpu: {profile: 3g.20gb, memory: 4GiB}}
+  - {name: sliced, tenant: t, replicas: 1, gpu: {profile: 3g.20gb, mode: timeslice}}
+`
+	s, diags := ReadNative("p.yaml", []byte(in))
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []alloc.Mode{alloc.MIG, "", alloc.TimeSlice} {
+		if got := s.Workloads[i].Requests[0].Mode; got != want {
+			t.Errorf("%s: mode %q, want %q", s.Workloads[i].Name, got, want)
+		}
+	}
 }

@@ -118,7 +118,18 @@ func (w *walker) nativeRequest(n *yaml.Node, path string) alloc.Request {
 	wk, _ := w.str(f, "workload")
 	r.Workload = alloc.Workload(wk)
 	r.LatencySensitive, _ = w.boolean(f, "latencySensitive")
+	instanceForProfile(&r)
 	return r
+}
+
+// instanceForProfile: a request that names a MIG profile and no memory
+// asks for that instance (mode mig), not for an equal share of a shared
+// one, which mode auto would make of it (1/16 of the instance by default).
+// A mode the input gives is kept.
+func instanceForProfile(r *alloc.Request) {
+	if r.Profile != "" && r.MemoryMiB == 0 && (r.Mode == "" || r.Mode == alloc.Auto) {
+		r.Mode = alloc.MIG
+	}
 }
 
 // unjoin splits an errors.Join error into its parts.

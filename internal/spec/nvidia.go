@@ -174,6 +174,8 @@ var nvReConfigMapKey = regexp.MustCompile(`^[-._a-zA-Z0-9]+$`)
 type nvEmbedded struct {
 	key     string
 	keyNode *yaml.Node
+	// text is the data value as written.
+	text string
 	// w reads the value; its positions are inside the value until
 	// finish maps them into the file.
 	w    *walker
@@ -239,7 +241,7 @@ func (w *walker) nvConfigMapData(doc *yaml.Node, lines []string) []*nvEmbedded {
 				"a ConfigMap's data values are strings; found %s", kindName(v))
 			continue
 		}
-		e := &nvEmbedded{key: key, keyNode: kn, w: &walker{file: w.file}, path: path, remap: nvRemapper(w.file, lines, v)}
+		e := &nvEmbedded{key: key, keyNode: kn, text: v.Value, w: &walker{file: w.file}, path: path, remap: nvRemapper(w.file, lines, v)}
 		e.docs = e.w.parseDocs(nvJSONTabs([]byte(v.Value)))
 		if len(e.docs) == 0 && len(e.w.diags) == 0 {
 			w.errorf(v, path, "", "the config is empty")
@@ -328,6 +330,17 @@ func nvRemapper(file string, lines []string, v *yaml.Node) func(Pos) (Pos, bool)
 		}
 	}
 	return fallback
+}
+
+// nvText normalizes a config's text for ImportedSharing.Text: "\n" line
+// endings, no trailing blank lines, one final newline ("" stays "").
+func nvText(s string) string {
+	s = strings.ReplaceAll(s, "\r\n", "\n")
+	s = strings.TrimRight(s, " \t\n")
+	if s == "" {
+		return ""
+	}
+	return s + "\n"
 }
 
 // nvLines splits a file into lines for nvRemapper.

@@ -55,13 +55,17 @@ var (
 //     with MaxClients = replicas and DefaultThreadPercent = 100/replicas
 //     (what the device plugin's MPS daemon sets), or exclusive.
 //   - With migStrategy mixed, MIGSharing is how nvidia.com/mig-<profile>
-//     resources are shared, and Devices holds one entry (All, MIGEnabled)
+//     resources are shared (the largest replicas; DevicePlugin.Replicas
+//     has each resource's own), and Devices holds one entry (All, MIGEnabled)
 //     whose MIGDevices keys name the shared profiles ("1g.5gb+me" for
 //     nvidia.com/mig-1g.5gb.me); its counts are 0 because the device plugin
 //     does not set instance counts (mig-parted does). With migStrategy
 //     single, MIG devices are nvidia.com/gpu and MIGSharing equals Sharing.
 //   - MIGStrategy is flags.migStrategy as written ("" when not set; the
 //     device plugin's command line or Helm value then decides).
+//   - Text is the config as written and DevicePlugin its naming and
+//     admission settings (renameByDefault, failRequestsGreaterThanOne, the
+//     shared resources with their replicas); Key is the data key.
 //
 // It validates as the device plugin does (api/config/v1 and the plugin's
 // start-up checks) and says so in each message; see the package tests for
@@ -84,8 +88,13 @@ func ReadDevicePluginConfig(file string, data []byte) (*Spec, Diagnostics) {
 		}
 		if nvIsConfigMap(doc) {
 			w.nvEachConfig(doc, lines, "the device plugin", func(e *nvEmbedded, d *yaml.Node) {
-				imp := e.w.devicePlugin(d, "", e.key)
+				imp, at := e.w.devicePlugin(d, "", e.key)
 				imp.Where = Pos{File: file, Line: e.keyNode.Line, Column: e.keyNode.Column}
+				imp.Key, imp.Text = e.key, nvText(e.text)
+				imp.SharingWhere = imp.Where
+				if at != nil {
+					imp.SharingWhere = e.pos(at)
+				}
 				s.Imported = append(s.Imported, imp)
 			})
 			continue
@@ -106,8 +115,13 @@ func ReadDevicePluginConfig(file string, data []byte) (*Spec, Diagnostics) {
 			w.errorf(doc, "", "one config per file, or a ConfigMap with one data key per config", "the device plugin reads only the first YAML document of a config file")
 			continue
 		}
-		imp := w.devicePlugin(doc, "", "default")
+		imp, at := w.devicePlugin(doc, "", "default")
 		imp.Where = w.pos(doc)
+		imp.Text = nvText(string(data))
+		imp.SharingWhere = imp.Where
+		if at != nil {
+			imp.SharingWhere = w.pos(at)
+		}
 		s.Imported = append(s.Imported, imp)
 	}
 	return s, w.diags
@@ -141,8 +155,10 @@ func (w *walker) dpMapping(n *yaml.Node, path string, allowed ...string) *fields
 type dpReplicated struct {
 	node *yaml.Node
 	path string
-	// failSet and fail are failRequestsGreaterThanOne.
+	// failSet and fail are failRequestsGreaterThanOne; rename is
+	// renameByDefault.
 	failSet, fail bool
+	rename        bool
 	failNode      *yaml.Node
 	resources     []dpResource
 }
@@ -156,9 +172,10 @@ type dpResource struct {
 	path     string
 }
 
-// devicePlugin reads one config and returns what it imports.
-func (w *walker) devicePlugin(doc *yaml.Node, path, name string) ImportedSharing {
-	imp := ImportedSharing{Source: SourceDevicePlugin, Name: name}
+// devicePlugin reads one config and returns what it imports, and the node
+// that sets its whole-GPU sharing (nil when none does).
+func (w *walker) devicePlugin(doc *yaml.Node, path, name string) (ImportedSharing, *yaml.Node) {
+	imp := ImportedSharing{Source: SourceDevicePlugin, Name: name, DevicePlugin: &DevicePluginSettings{}}
 	top := w.dpMapping(doc, path, dpTopKeys...)
 	if n := top.get("version"); !nvNull(n) {
 		if v, ok := w.nvStr(n, join(path, "version")); ok && v != "v1" && v != "" {
@@ -203,7 +220,34 @@ func (w *walker) devicePlugin(doc *yaml.Node, path, name string) ImportedSharing
 		w.dpMPSChecks(mps, strategy, strategyNode)
 		w.dpApply(&imp, mps, alloc.MPS, strategy)
 	}
-	return imp
+	// The section in force, as the device plugin picks it.
+	var inForce *dpReplicated
+	switch {
+	case mpsWins:
+		inForce, imp.DevicePlugin.Mode = mps, "mps"
+	case ts != nil && len(ts.resources) > 0:
+		inForce, imp.DevicePlugin.Mode = ts, "timeSlicing"
+	}
+	var at *yaml.Node
+	if inForce != nil {
+		dp := imp.DevicePlugin
+		dp.RenameByDefault = inForce.rename
+		if inForce.failSet {
+			v := inForce.fail
+			dp.FailRequestsGreaterThanOne = &v
+		}
+		dp.Replicas = map[string]int{}
+		for _, r := range inForce.resources {
+			dp.Replicas[r.name] = r.replicas
+			if r.name == DevicePluginGPUResource {
+				at = r.repNode
+			}
+		}
+		if at == nil {
+			at = inForce.node
+		}
+	}
+	return imp, at
 }
 
 // dpFlags reads flags and returns migStrategy ("" when not set).
@@ -373,7 +417,7 @@ func (w *walker) dpReplicatedResources(n *yaml.Node, path string) *dpReplicated 
 	rr := &dpReplicated{node: nvDeref(n), path: path}
 	f := w.dpMapping(n, path, dpReplicatedKeys...)
 	if x := f.get("renameByDefault"); x != nil {
-		w.nvBool(x, join(path, "renameByDefault"))
+		rr.rename, _ = w.nvBool(x, join(path, "renameByDefault"))
 	}
 	if x := f.get("failRequestsGreaterThanOne"); x != nil {
 		rr.fail, rr.failSet = w.nvBool(x, join(path, "failRequestsGreaterThanOne"))
@@ -575,7 +619,6 @@ func (w *walker) dpApply(imp *ImportedSharing, rr *dpReplicated, mode alloc.Mode
 		return alloc.Sharing{Mode: alloc.TimeSlice, Replicas: n}
 	}
 	migReplicas := map[string]int{}
-	var migNode *yaml.Node
 	for _, r := range rr.resources {
 		switch {
 		case r.name == DevicePluginGPUResource:
@@ -606,9 +649,6 @@ func (w *walker) dpApply(imp *ImportedSharing, rr *dpReplicated, mode alloc.Mode
 					"%s exists only with migStrategy mixed, which this config does not set", r.name)
 			}
 			migReplicas[prof] = r.replicas
-			if migNode == nil {
-				migNode = r.nameNode
-			}
 		default:
 			w.warnf(r.nameNode, join(r.path, "name"), "use nvidia.com/gpu or nvidia.com/mig-<profile>",
 				"%s matches no device: the device plugin advertises only nvidia.com/gpu and nvidia.com/mig-<profile>", r.name)
@@ -625,18 +665,11 @@ func (w *walker) dpApply(imp *ImportedSharing, rr *dpReplicated, mode alloc.Mode
 	}
 	sort.Strings(profiles)
 	dev := ImportedDevices{All: true, MIGEnabled: true, MIGDevices: map[string]int{}}
-	var per []string
 	for _, p := range profiles {
 		dev.MIGDevices[p] = 0
-		per = append(per, fmt.Sprintf("%s %d", p, migReplicas[p]))
 	}
 	imp.Devices = append(imp.Devices, dev)
+	// MIGSharing summarizes (the largest); each profile's own replicas are
+	// in DevicePlugin.Replicas, which ApplyImported gives its instances.
 	imp.MIGSharing = sharing(largest)
-	for _, p := range profiles {
-		if migReplicas[p] != largest {
-			w.warnf(migNode, join(rr.path, "resources"), "gpuslice keeps one MIG sharing per config",
-				"MIG profiles are shared with different replicas (%s); the import uses the largest, %d", strings.Join(per, ", "), largest)
-			break
-		}
-	}
 }

@@ -91,8 +91,10 @@ func readMIGParted(file string, data []byte, hint *catalog.GPU) (*Spec, Diagnost
 		}
 		if nvIsConfigMap(doc) {
 			w.nvEachConfig(doc, lines, "mig-parted", func(e *nvEmbedded, d *yaml.Node) {
+				mc.pos = e.pos
 				for _, imp := range e.w.migParted(d, mc) {
 					imp.Where = e.pos(imp.whereNode)
+					imp.File, imp.Key = file, e.key
 					s.Imported = append(s.Imported, imp.ImportedSharing)
 				}
 			})
@@ -102,8 +104,10 @@ func readMIGParted(file string, data []byte, hint *catalog.GPU) (*Spec, Diagnost
 			w.errorf(doc, "", "one config per file", "mig-parted reads only the first YAML document")
 			continue
 		}
+		mc.pos = w.pos
 		for _, imp := range w.migParted(doc, mc) {
 			imp.Where = w.pos(imp.whereNode)
+			imp.File = file
 			s.Imported = append(s.Imported, imp.ImportedSharing)
 		}
 	}
@@ -144,6 +148,8 @@ type mpImported struct {
 // mpChecker checks counts against GPU models.
 type mpChecker struct {
 	hint *catalog.GPU
+	// pos maps a node to its file position (inside a ConfigMap value).
+	pos func(*yaml.Node) Pos
 }
 
 // mpGeometries caches the MIG geometry of each catalog model (the default
@@ -255,6 +261,9 @@ func intList(xs []int) string {
 // mpEntry reads one entry of a config.
 func (w *walker) mpEntry(item *yaml.Node, path string, mc *mpChecker) (ImportedDevices, string, bool) {
 	var d ImportedDevices
+	if mc.pos != nil {
+		d.Where, d.DevicesWhere = mc.pos(item), mc.pos(item)
+	}
 	f := w.mpMapping(item, path, mpEntryKeys...)
 	if nvDeref(item).Kind != yaml.MappingNode {
 		return d, "", false
@@ -345,6 +354,9 @@ func (w *walker) mpEntry(item *yaml.Node, path string, mc *mpChecker) (ImportedD
 	}
 	mdn := nvDeref(f.get("mig-devices"))
 	mdp := join(path, "mig-devices")
+	if mdn != nil && mc.pos != nil {
+		d.DevicesWhere = mc.pos(mdn)
+	}
 	switch {
 	case enabledSet && d.MIGEnabled && (mdn == nil || nvNull(mdn)):
 		at := item

@@ -1,0 +1,148 @@
+package consumers
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	mpv1 "github.com/NVIDIA/mig-parted/api/spec/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes/scheme"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// strictScheme knows Kubernetes' built-in types and, registered by the
+// import of karpv1 (its doc.go adds them to client-go's scheme), Karpenter's.
+var strictScheme = scheme.Scheme
+
+// strictDecoder fails on unknown and duplicate fields, as kubectl's
+// server-side field validation does.
+var strictDecoder = json.NewSerializerWithOptions(json.DefaultMetaFactory, strictScheme, strictScheme,
+	json.SerializerOptions{Yaml: true, Strict: true})
+
+// strictDecode decodes one document into into, which must be of
+// apiVersion/kind.
+func strictDecode(t *testing.T, doc []byte, apiVersion, kind string, into runtime.Object) {
+	t.Helper()
+	obj, gvk, err := strictDecoder.Decode(doc, nil, into)
+	if err != nil {
+		t.Fatalf("strict decoding: %v\n%s", err, doc)
+	}
+	if gvk.GroupVersion().String() != apiVersion || gvk.Kind != kind {
+		t.Fatalf("%s %s, want %s %s", gvk.GroupVersion(), gvk.Kind, apiVersion, kind)
+	}
+	_ = obj
+}
+
+// decodeAny strictly decodes a document of any known kind.
+func decodeAny(t *testing.T, doc []byte) runtime.Object {
+	t.Helper()
+	obj, _, err := strictDecoder.Decode(doc, nil, nil)
+	if err != nil {
+		t.Fatalf("strict decoding: %v\n%s", err, doc)
+	}
+	return obj
+}
+
+// checkMIGParted: mig-parted's own types (their UnmarshalJSON rejects
+// unknown fields, missing required ones and bad profiles), and every config
+// name can be the value of the label nvidia.com/mig.config.
+func checkMIGParted(t *testing.T, out []byte) {
+	var spec mpv1.Spec
+	if err := yaml.Unmarshal(out, &spec); err != nil {
+		t.Fatalf("mig-parted refuses it: %v\n%s", err, out)
+	}
+	if spec.Version != mpv1.Version {
+		t.Errorf("version %q", spec.Version)
+	}
+	for name, entries := range spec.MigConfigs {
+		if errs := validation.IsValidLabelValue(name); len(errs) > 0 {
+			t.Errorf("config %q cannot be the value of nvidia.com/mig.config: %v", name, errs)
+		}
+		if len(entries) == 0 {
+			t.Errorf("config %q is empty", name)
+		}
+	}
+}
+
+// checkKubernetes: Namespaces and Deployments, strictly decoded, with
+// valid resource names.
+func checkKubernetes(t *testing.T, out []byte) {
+	for _, doc := range documents(out) {
+		switch o := decodeAny(t, doc).(type) {
+		case *corev1.Namespace:
+		case *appsv1.Deployment:
+			for _, c := range o.Spec.Template.Spec.Containers {
+				for name := range c.Resources.Limits {
+					if errs := validation.IsQualifiedName(string(name)); len(errs) > 0 {
+						t.Errorf("deployment %s: resource %s: %v", o.Name, name, errs)
+					}
+				}
+			}
+		default:
+			t.Errorf("unexpected %T", o)
+		}
+	}
+}
+
+// checkKarpenter: Karpenter's NodePool types, strictly decoded, and its
+// RuntimeValidate (pools without an instance type get no NodePool).
+func checkKarpenter(t *testing.T, out []byte) {
+	for _, doc := range documents(out) {
+		np, ok := decodeAny(t, doc).(*karpv1.NodePool)
+		if !ok {
+			t.Errorf("not a NodePool:\n%s", doc)
+			continue
+		}
+		if err := np.RuntimeValidate(context.Background()); err != nil {
+			t.Errorf("NodePool %s: %v", np.Name, err)
+		}
+	}
+}
+
+// checkDRA: resource.k8s.io/v1 objects strictly decoded; each opaque
+// config checked against NVIDIA's DRA driver rules (draconfig_test.go),
+// and the header names the feature gates the configs need.
+func checkDRA(t *testing.T, out []byte) {
+	var strategies []string
+	for _, doc := range documents(out) {
+		var configs []resourcev1.DeviceClaimConfiguration
+		switch o := decodeAny(t, doc).(type) {
+		case *corev1.Namespace:
+		case *resourcev1.DeviceClass:
+			if o.Name != "gpu.nvidia.com" && o.Name != "mig.nvidia.com" {
+				t.Errorf("DeviceClass %s", o.Name)
+			}
+		case *resourcev1.ResourceClaimTemplate:
+			configs = o.Spec.Spec.Devices.Config
+		case *resourcev1.ResourceClaim:
+			configs = o.Spec.Devices.Config
+		default:
+			t.Errorf("unexpected %T", o)
+		}
+		for _, c := range configs {
+			if c.Opaque == nil || c.Opaque.Driver != "gpu.nvidia.com" {
+				t.Errorf("config %+v is not for gpu.nvidia.com", c)
+				continue
+			}
+			s, err := checkNVIDIAConfig(c.Opaque.Parameters.Raw)
+			if err != nil {
+				t.Errorf("NVIDIA's DRA driver (%s) would reject %s: %v", draDriverVersion, c.Opaque.Parameters.Raw, err)
+			}
+			strategies = append(strategies, s)
+		}
+	}
+	header := string(out)
+	for _, s := range strategies {
+		gate := featureGateOf[s]
+		if gate != "" && !strings.Contains(header, gate) {
+			t.Errorf("a %s config is rendered but the output never names the feature gate %s", s, gate)
+		}
+	}
+}
