@@ -108,6 +108,11 @@ func renderCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// What the target cannot express of the plan (also in its
+			// output as WARNING comments).
+			for _, w := range artifacts.Warnings(target, s, p) {
+				fmt.Fprintln(e.errOut, "warning: "+w)
+			}
 			_, err = e.out.Write(out)
 			return err
 		},

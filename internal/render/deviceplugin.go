@@ -60,6 +60,8 @@ type dpTally struct {
 	ts, mps, exclusive, dynamic int
 	tsMin, tsMax                int
 	mpsMin, mpsMax              int
+	// mpsUsers is the most claims the plan puts on one MPS device.
+	mpsUsers int
 }
 
 func (t *dpTally) add(sh alloc.Sharing) {
@@ -113,6 +115,9 @@ func dpPoolConfig(pp *plan.PoolPlan) dpConfig {
 				profiles = append(profiles, in.Profile)
 			}
 			t.add(in.Sharing)
+			if in.Sharing.Mode == alloc.MPS {
+				t.mpsUsers = max(t.mpsUsers, len(in.Claims))
+			}
 		}
 	}
 	if migGPUs > 0 {
@@ -164,17 +169,14 @@ func dpPoolConfig(pp *plan.PoolPlan) dpConfig {
 	sort.Strings(profiles)
 	for _, prof := range profiles {
 		t := perProfile[prof]
+		replicas := t.tsMax
 		if t.mps > 0 {
-			fate := "they are advertised unshared"
-			if t.ts > 0 {
-				fate = fmt.Sprintf("they are time-sliced like the other %s instances", prof)
-			}
-			c.notes = append(c.notes, fmt.Sprintf("%d %s instance(s) are planned with MPS, which the device plugin does not support on MIG devices; %s (gpuslice's agent runs their MPS daemons)", t.mps, prof, fate))
+			replicas = dpMPSOnMIG(&c, prof, t)
 		}
-		if t.ts == 0 {
+		if replicas < 2 {
 			continue
 		}
-		c.mig = append(c.mig, dpMIGResource{profile: prof, replicas: t.tsMax})
+		c.mig = append(c.mig, dpMIGResource{profile: prof, replicas: replicas})
 		if t.tsMin != t.tsMax {
 			c.notes = append(c.notes, fmt.Sprintf("%s instances are planned with %d to %d replicas; all get the largest, %d", prof, t.tsMin, t.tsMax, t.tsMax))
 		}
@@ -314,4 +316,22 @@ func renderDevicePlugin(s *model.Spec, p *plan.Plan) ([]byte, error) {
 		dpWriteBlock(&b, key, imp.Text)
 	}
 	return b.Bytes(), nil
+}
+
+// dpMPSOnMIG decides how MIG instances the plan shares with MPS are
+// advertised: the device plugin runs no MPS on MIG devices (its MPS daemon
+// skips them, and MPS is refused with migStrategy mixed), so they are
+// time-sliced with as many replicas as the plan puts clients on one
+// instance — the planned pods then schedule, each request of
+// nvidia.com/mig-<profile> taking one replica. It returns the replicas
+// (below 2: advertised unshared) and notes what changes.
+func dpMPSOnMIG(c *dpConfig, prof string, t *dpTally) int {
+	replicas := max(t.tsMax, t.mpsUsers)
+	if replicas < 2 {
+		c.notes = append(c.notes, fmt.Sprintf("%d %s instance(s) are planned with MPS for one client each; the device plugin advertises them unshared", t.mps, prof))
+		return replicas
+	}
+	c.notes = append(c.notes, fmt.Sprintf("%d %s instance(s) are planned with MPS; the device plugin runs no MPS on MIG devices, so they are time-sliced with %d replicas and the pods' CUDA_MPS_* limits apply only where gpuslice's agent runs their MPS daemons",
+		t.mps, prof, replicas))
+	return replicas
 }

@@ -30,7 +30,7 @@ func TestDRADeviceClassesOnlyWhenAsked(t *testing.T) {
 	if n := strings.Count(string(with), "kind: DeviceClass"); n != 2 {
 		t.Errorf("%d DeviceClasses with the option, want 2", n)
 	}
-	if !strings.HasPrefix(string(with), "# DRA ResourceClaimTemplates") || !strings.Contains(string(with), "name: gpu.nvidia.com") {
+	if !strings.HasPrefix(string(with), "# DRA objects rendered by gpuslice") || !strings.Contains(string(with), "name: gpu.nvidia.com") {
 		t.Errorf("classes not placed after the header:\n%.600s", with)
 	}
 }

@@ -81,7 +81,28 @@ func TestDRARoundTrip(t *testing.T) {
 	if err := diags.Err(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	// A device the plan shares is one ResourceClaim, named for the device,
+	// that every replica on it references: it reads back as one workload
+	// with the planned device's request.
+	dp := newDRAPlan(s, p)
+	for _, c := range dp.claims {
+		var got *spec.Workload
+		for i := range back.Workloads {
+			if back.Workloads[i].Name == c.name && back.Workloads[i].Tenant == c.namespace {
+				got = &back.Workloads[i]
+			}
+		}
+		if got == nil {
+			t.Fatalf("shared claim %s/%s missing after the round trip", c.namespace, c.name)
+		}
+		if len(got.Requests) != 1 || got.Requests[0].Profile != c.profile {
+			t.Errorf("shared claim %s: got %+v, planned one %q device", c.name, got.Requests, c.profile)
+		}
+	}
 	for _, wl := range s.Workloads {
+		if len(dp.sharedRequests(&wl)) == len(wl.Requests) {
+			continue // all its devices are shared claims, checked above
+		}
 		var got *spec.Workload
 		for i := range back.Workloads {
 			if strings.HasPrefix(back.Workloads[i].Name, dnsName(wl.Name)) {

@@ -27,4 +27,14 @@
 //	for _, err := range s.DryRun(ctx, manifests) {
 //		t.Error(err)
 //	}
+//
+// [StartScheduler] adds the stock kube-scheduler of the same version (built
+// beside them) with the API server's DRA feature gates and leader election
+// off, optionally with a KubeSchedulerConfiguration or profiles of the
+// test's own. No controller manager or kubelet runs: a test creates Nodes
+// with [Server.CreateReadyNode] (capacity as a device plugin would
+// advertise), ResourceSlices as a DRA driver would publish, and Pods
+// itself, and reads back the bindings and claim allocations. The
+// scheduling tests render every example and check that the scheduler
+// places the pods as the plan does.
 package apitest

@@ -1,0 +1,302 @@
+package apitest
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+)
+
+// SchedulerConfigAPIVersion is the KubeSchedulerConfiguration version the
+// stock kube-scheduler v1.36 reads.
+const SchedulerConfigAPIVersion = "kubescheduler.config.k8s.io/v1"
+
+// SchedulerOptions configure StartScheduler. The zero value runs the stock
+// default profile (schedulerName default-scheduler) with the API server's
+// DRA feature gates.
+type SchedulerOptions struct {
+	// Config is a whole KubeSchedulerConfiguration (YAML or JSON) to start
+	// from, e.g. with extenders or percentageOfNodesToScore. StartScheduler
+	// always sets its clientConnection.kubeconfig (the test API server)
+	// and leaderElection.leaderElect=false, overriding what it says.
+	// Empty: an empty configuration (the scheduler's defaults).
+	Config string
+	// Profiles is the YAML (or JSON) list that becomes the configuration's
+	// profiles, replacing any in Config, e.g.
+	//
+	//	- schedulerName: binpack
+	//	  pluginConfig:
+	//	  - name: NodeResourcesFit
+	//	    args: {scoringStrategy: {type: MostAllocated}}
+	//
+	// Empty: Config's profiles, or the default profile.
+	Profiles string
+	// FeatureGates is the --feature-gates value; empty means FeatureGates,
+	// the same gates the API server runs with (a scheduler whose gates
+	// differ from the API server's drops fields the server keeps).
+	FeatureGates string
+	// Args are further kube-scheduler flags, appended last.
+	Args []string
+}
+
+// Scheduler is a running stock kube-scheduler bound to one Server.
+type Scheduler struct {
+	// ConfigFile is the KubeSchedulerConfiguration it was started with.
+	ConfigFile string
+	// LogFile holds its stdout and stderr.
+	LogFile string
+
+	proc *process
+	once sync.Once
+}
+
+// StartScheduler runs the kube-scheduler binary from s.BinDir against s:
+// a kubeconfig with s's client certificate (system:masters), leader
+// election off, the options' configuration, profiles and feature gates,
+// serving /readyz on a free loopback port. It returns once /readyz answers
+// (its informers have synced) and stops the scheduler when the test ends;
+// on a failed test the end of its log is written to the test log.
+//
+// Pods whose spec.schedulerName names one of its profiles are bound to
+// Nodes and their ResourceClaims allocated against ResourceSlices, exactly
+// as in a cluster; nothing else runs (no controller manager, no kubelet),
+// so a test creates Pods itself and reads spec.nodeName and
+// ResourceClaim status.allocation back.
+func StartScheduler(t testing.TB, s *Server, opts SchedulerOptions) *Scheduler {
+	t.Helper()
+	sc, err := startScheduler(t.Context(), s, t.TempDir(), opts)
+	if sc != nil {
+		t.Cleanup(func() {
+			sc.Stop()
+			if t.Failed() {
+				t.Logf("kube-scheduler log (tail):\n%s", sc.Tail(12000))
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("apitest: %v", err)
+	}
+	return sc
+}
+
+// Stop terminates the scheduler and waits for it to exit; later calls do
+// nothing. StartScheduler's cleanup calls it.
+func (sc *Scheduler) Stop() {
+	sc.once.Do(sc.proc.stop)
+}
+
+// Tail returns up to the last n bytes of the scheduler's log.
+func (sc *Scheduler) Tail(n int64) string { return sc.proc.tail(n) }
+
+func startScheduler(ctx context.Context, s *Server, tmp string, opts SchedulerOptions) (*Scheduler, error) {
+	kubeconfig := filepath.Join(tmp, "scheduler.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, s); err != nil {
+		return nil, err
+	}
+	cfg, err := schedulerConfig(opts, kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	configFile := filepath.Join(tmp, "scheduler-config.yaml")
+	if err := os.WriteFile(configFile, cfg, 0o600); err != nil {
+		return nil, err
+	}
+	gates := opts.FeatureGates
+	if gates == "" {
+		gates = FeatureGates
+	}
+	var last error
+	for attempt := 1; attempt <= 3; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		args := append([]string{
+			"--config=" + configFile,
+			"--authentication-kubeconfig=" + kubeconfig,
+			"--authorization-kubeconfig=" + kubeconfig,
+			"--authentication-skip-lookup=true",
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(ports[0]),
+			"--cert-dir=" + filepath.Join(tmp, "scheduler-certs"),
+			"--feature-gates=" + gates,
+			"--profiling=false",
+			"--v=2",
+		}, opts.Args...)
+		logFile := filepath.Join(tmp, fmt.Sprintf("kube-scheduler-%d.log", attempt))
+		proc, err := startProcess("kube-scheduler", filepath.Join(s.BinDir, "kube-scheduler"), logFile, args...)
+		if err != nil {
+			return nil, err
+		}
+		sc := &Scheduler{ConfigFile: configFile, LogFile: logFile, proc: proc}
+		url := "https://127.0.0.1:" + strconv.Itoa(ports[0]) + "/readyz"
+		last = proc.waitUntil(ctx, 60*time.Second, func(ctx context.Context) error { return schedulerReady(ctx, url) })
+		if last == nil {
+			return sc, nil
+		}
+		if attempt < 3 && strings.Contains(proc.tail(4000), "address already in use") {
+			sc.Stop()
+			continue
+		}
+		return sc, fmt.Errorf("kube-scheduler did not become ready: %w", last)
+	}
+	return nil, last
+}
+
+// schedulerConfig merges opts into a KubeSchedulerConfiguration that
+// talks to kubeconfig without leader election.
+func schedulerConfig(opts SchedulerOptions, kubeconfig string) ([]byte, error) {
+	cfg := map[string]any{}
+	if strings.TrimSpace(opts.Config) != "" {
+		if err := yaml.Unmarshal([]byte(opts.Config), &cfg); err != nil {
+			return nil, fmt.Errorf("SchedulerOptions.Config: %w", err)
+		}
+		if cfg == nil {
+			cfg = map[string]any{}
+		}
+	}
+	if v, ok := cfg["apiVersion"]; ok && v != SchedulerConfigAPIVersion {
+		return nil, fmt.Errorf("SchedulerOptions.Config: apiVersion %v; kube-scheduler %s reads %s", v, KubernetesVersion, SchedulerConfigAPIVersion)
+	}
+	cfg["apiVersion"] = SchedulerConfigAPIVersion
+	cfg["kind"] = "KubeSchedulerConfiguration"
+	cc, _ := cfg["clientConnection"].(map[string]any)
+	if cc == nil {
+		cc = map[string]any{}
+	}
+	cc["kubeconfig"] = kubeconfig
+	cc["qps"], cc["burst"] = 200, 400
+	cfg["clientConnection"] = cc
+	le, _ := cfg["leaderElection"].(map[string]any)
+	if le == nil {
+		le = map[string]any{}
+	}
+	le["leaderElect"] = false
+	cfg["leaderElection"] = le
+	if strings.TrimSpace(opts.Profiles) != "" {
+		var profiles []any
+		if err := yaml.Unmarshal([]byte(opts.Profiles), &profiles); err != nil {
+			return nil, fmt.Errorf("SchedulerOptions.Profiles: want a YAML list of profiles: %w", err)
+		}
+		cfg["profiles"] = profiles
+	}
+	return yaml.Marshal(cfg)
+}
+
+// writeKubeconfig writes a kubeconfig for s's client certificate.
+func writeKubeconfig(path string, s *Server) error {
+	b64 := base64.StdEncoding.EncodeToString
+	tc := s.Config.TLSClientConfig
+	cfg := map[string]any{
+		"apiVersion":      "v1",
+		"kind":            "Config",
+		"current-context": "apitest",
+		"clusters": []any{map[string]any{"name": "apitest", "cluster": map[string]any{
+			"server": s.URL, "certificate-authority-data": b64(tc.CAData)}}},
+		"users": []any{map[string]any{"name": "apitest", "user": map[string]any{
+			"client-certificate-data": b64(tc.CertData), "client-key-data": b64(tc.KeyData)}}},
+		"contexts": []any{map[string]any{"name": "apitest", "context": map[string]any{
+			"cluster": "apitest", "user": "apitest"}}},
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, out, 0o600)
+}
+
+// schedulerReady asks the scheduler's /readyz (its serving certificate is
+// self-signed, so it is not verified; nothing secret is sent).
+func schedulerReady(ctx context.Context, url string) error {
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback health check of a test process
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("kube-scheduler /readyz: %s %s", resp.Status, body)
+	}
+	return nil
+}
+
+// EnsureNamespace creates the namespace and its default ServiceAccount
+// unless this Server made them already: pods need the ServiceAccount to
+// pass admission, and no controller manager runs to add it.
+func (s *Server) EnsureNamespace(ctx context.Context, ns string) error {
+	return s.ensureNamespace(ctx, ns)
+}
+
+// notReadyTaint is the taint the API server's TaintNodesByCondition
+// admission puts on every new Node until a kubelet reports it ready.
+const notReadyTaint = "node.kubernetes.io/not-ready"
+
+// CreateReadyNode creates node as a kubelet would leave it once ready:
+// its status (capacity, allocatable: what a device plugin advertises) as
+// given, a Ready condition, and without the not-ready taint the API server
+// adds on creation (no kubelet or node controller runs to lift it). Other
+// taints in node.Spec stay. It returns the stored Node.
+func (s *Server) CreateReadyNode(ctx context.Context, node *corev1.Node) (*corev1.Node, error) {
+	cs, err := kubernetes.NewForConfig(s.Config)
+	if err != nil {
+		return nil, err
+	}
+	n := node.DeepCopy()
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if _, ok := n.Labels[corev1.LabelHostname]; !ok {
+		n.Labels[corev1.LabelHostname] = n.Name
+	}
+	status := n.Status
+	ready := false
+	for _, c := range status.Conditions {
+		ready = ready || c.Type == corev1.NodeReady
+	}
+	if !ready {
+		now := metav1.Now()
+		status.Conditions = append(status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now})
+	}
+	created, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return nil, fmt.Errorf("creating Node %s: %w", n.Name, err)
+	}
+	created.Status = status
+	created, err = cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return nil, fmt.Errorf("setting the status of Node %s: %w", n.Name, err)
+	}
+	var keep []corev1.Taint
+	for _, t := range created.Spec.Taints {
+		if t.Key != notReadyTaint {
+			keep = append(keep, t)
+		}
+	}
+	if len(keep) != len(created.Spec.Taints) {
+		created.Spec.Taints = keep
+		if created, err = cs.CoreV1().Nodes().Update(ctx, created, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+			return nil, fmt.Errorf("removing the %s taint from Node %s: %w", notReadyTaint, n.Name, err)
+		}
+	}
+	return created, nil
+}
