@@ -111,6 +111,8 @@ func checkKarpenter(t *testing.T, out []byte) {
 // and the header names the feature gates the configs need.
 func checkDRA(t *testing.T, out []byte) {
 	var strategies []string
+	claims, templates := map[string]bool{}, map[string]bool{} // namespace/name
+	var deployments []*appsv1.Deployment
 	for _, doc := range documents(out) {
 		var configs []resourcev1.DeviceClaimConfiguration
 		switch o := decodeAny(t, doc).(type) {
@@ -121,8 +123,12 @@ func checkDRA(t *testing.T, out []byte) {
 			}
 		case *resourcev1.ResourceClaimTemplate:
 			configs = o.Spec.Spec.Devices.Config
+			templates[o.Namespace+"/"+o.Name] = true
 		case *resourcev1.ResourceClaim:
 			configs = o.Spec.Devices.Config
+			claims[o.Namespace+"/"+o.Name] = true
+		case *appsv1.Deployment:
+			deployments = append(deployments, o)
 		default:
 			t.Errorf("unexpected %T", o)
 		}
@@ -136,6 +142,34 @@ func checkDRA(t *testing.T, out []byte) {
 				t.Errorf("NVIDIA's DRA driver (%s) would reject %s: %v", draDriverVersion, c.Opaque.Parameters.Raw, err)
 			}
 			strategies = append(strategies, s)
+		}
+	}
+	// Every claim a pod references is in the render, in the pod's
+	// namespace, and every container claim names one of the pod's.
+	for _, d := range deployments {
+		pod := d.Spec.Template.Spec
+		names := map[string]bool{}
+		for _, rc := range pod.ResourceClaims {
+			names[rc.Name] = true
+			switch {
+			case rc.ResourceClaimName != nil:
+				if !claims[d.Namespace+"/"+*rc.ResourceClaimName] {
+					t.Errorf("Deployment %s/%s references ResourceClaim %s, which the render lacks", d.Namespace, d.Name, *rc.ResourceClaimName)
+				}
+			case rc.ResourceClaimTemplateName != nil:
+				if !templates[d.Namespace+"/"+*rc.ResourceClaimTemplateName] {
+					t.Errorf("Deployment %s/%s references ResourceClaimTemplate %s, which the render lacks", d.Namespace, d.Name, *rc.ResourceClaimTemplateName)
+				}
+			default:
+				t.Errorf("Deployment %s/%s: pod claim %s names neither a claim nor a template", d.Namespace, d.Name, rc.Name)
+			}
+		}
+		for _, c := range pod.Containers {
+			for _, cc := range c.Resources.Claims {
+				if !names[cc.Name] {
+					t.Errorf("Deployment %s/%s container %s uses claim %s, not one of the pod's", d.Namespace, d.Name, c.Name, cc.Name)
+				}
+			}
 		}
 	}
 	header := string(out)
