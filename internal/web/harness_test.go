@@ -41,7 +41,8 @@ func newLive(t *testing.T) *live {
 	}
 	srv.Run(ctx)
 	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
+	// A browser's event stream stays open: close connections first.
+	t.Cleanup(func() { hs.CloseClientConnections(); hs.Close() })
 	tok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
 	if err != nil {
 		t.Fatal(err)

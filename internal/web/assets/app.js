@@ -89,6 +89,8 @@ function signOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
   state.token = "";
   stopLive();
+  // Nothing of the last session stays: the next may be another tenant's.
+  Object.assign(state, { viewer: "", fleet: null, dash: null, claims: [], events: [], lastSeq: 0 });
   for (const v of document.querySelectorAll(".view")) v.hidden = true;
   for (const id of ["#fleet", "#legend", "#events", "#pending tbody", "#running tbody", "#tenants tbody"]) $(id).replaceChildren();
   $("#nav").hidden = true;
@@ -96,6 +98,7 @@ function signOut(message) {
   $("#who").hidden = true;
   $("#login").hidden = false;
   $("#login-error").textContent = message || "";
+  $("#status").textContent = "";
   $("#token").value = "";
   $("#token").focus();
 }
@@ -209,7 +212,7 @@ function renderFleet() {
 function renderGPU(n, g) {
   const slices = g.memorySlices || 1;
   const W = 720, sw = W / slices, top = 4, H = 96;
-  const box = el("div", { class: "gpu", "data-gpu": g.uuid, "data-slices": slices, "data-healthy": g.healthy });
+  const box = el("div", { class: "gpu", "data-gpu": g.uuid, "data-slices": slices, "data-healthy": String(g.healthy) });
   const title = el("p", { class: "gpu-title" }, `GPU ${g.index} · ${g.model} · ${mib(g.memoryMiB)}` +
     (g.memorySlices ? ` · ${g.memorySlices} memory slices` + (g.mig ? ", MIG" : ", MIG off") : ""));
   if (!g.healthy) title.append(" ", el("strong", { class: "bad", text: "UNHEALTHY" }));
@@ -365,7 +368,7 @@ function lineChart(root, series, unit, fixedMax) {
   }
   s.append(svg("text", { x: L, y: H - B + 14, "font-size": 10, fill: "#4a4a4a", text: hhmmss(t0) }));
   s.append(svg("text", { x: W - R, y: H - B + 14, "text-anchor": "end", "font-size": 10, fill: "#4a4a4a", text: hhmmss(t1) }));
-  s.append(svg("text", { x: 4, y: T + 8, "font-size": 10, fill: "#4a4a4a", text: unit }));
+  s.append(svg("text", { x: 4, y: H - B + 14, "font-size": 10, fill: "#4a4a4a", text: unit }));
   let lx = L;
   for (const ser of series) {
     if (ser.points.length) {
