@@ -52,11 +52,25 @@ else
   echo "   skipped (GPUSLICE_SKIP_APISERVER=1)"
 fi
 
+phase "chromium: a headless browser for the dashboard's end-to-end tests (Debian's chromium, installed once)"
+# scripts/chromium.sh installs it with apt-get when missing and prints its
+# path; the browser tests (internal/web) then fail rather than skip.
+# GPUSLICE_SKIP_BROWSER=1 neither installs nor requires it (the browser
+# tests then skip when no browser is there).
+if [ "${GPUSLICE_SKIP_BROWSER:-}" != 1 ]; then
+  chromium=$(scripts/chromium.sh)
+  export GPUSLICE_CHROMIUM="$chromium"
+  export GPUSLICE_REQUIRE_BROWSER=1
+  echo "   browser $GPUSLICE_CHROMIUM; screenshots of the dashboard tests go to a temp dir (go test -v ./internal/web prints it)"
+else
+  echo "   skipped (GPUSLICE_SKIP_BROWSER=1)"
+fi
+
 phase "go test: every package (go test -count=1 ./...)"
 go test -count=1 ./...
 
 phase "race: go test -race of the concurrent parts"
-go test -count=1 -race ./internal/server/... ./internal/state/... ./internal/agent/... ./internal/cli/...
+go test -count=1 -race ./internal/server/... ./internal/state/... ./internal/agent/... ./internal/cli/... ./internal/web/...
 
 phase "consumers: every render parsed by the tools that consume it (test/consumers, its own go.mod)"
 # A separate module so the main module does not depend on these versions:

@@ -121,7 +121,7 @@ func Inventory(name string, gpus []gpu.GPU) (alloc.Node, error) {
 			MIGEnabled: g.MIGEnabled, DynamicMIG: g.MIGCapable, Sharing: alloc.Sharing{Mode: alloc.Dynamic}}
 		for _, in := range g.Instances {
 			ag.Instances = append(ag.Instances, alloc.MIGInstance{UUID: in.UUID, Profile: in.Profile, Start: in.Start,
-				Sharing: alloc.Sharing{Mode: alloc.Dynamic}})
+				Sharing: alloc.Sharing{Mode: alloc.Dynamic}, GIID: &in.GIID})
 		}
 		n.GPUs = append(n.GPUs, ag)
 	}

@@ -115,6 +115,9 @@ type MIGInstance struct {
 	Profile string  `json:"profile"`
 	Start   int     `json:"start"`
 	Sharing Sharing `json:"sharing"`
+	// GIID is the GPU instance id the driver gave it, as the node's agent
+	// reports it (dcgm-exporter's GPU_I_ID); nil in plans.
+	GIID *int `json:"giID,omitempty"`
 }
 
 // Claim is the one request model: what a workload needs, for which tenant.

@@ -44,26 +44,57 @@ var (
 type usedEntry struct {
 	node, device, tenant string
 	mib                  int64
+	// smRatio is the claim's SM activity over the last heartbeat's
+	// interval, in whole GPUs; hasSM is false when none was measured.
+	smRatio float64
+	hasSM   bool
 }
 
 func newMetrics(srv *Server) *metrics {
 	m := &metrics{srv: srv, reg: prometheus.NewRegistry(), usedMiB: map[string]usedEntry{}}
 	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuslice_allocation_latency_seconds",
 		Help: "Time to decide and reserve an allocation.", Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10)})
-	m.reg.MustRegister(m.latency, m, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.latency, m, sliceCollector{srv}, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }
 
 func (m *metrics) observeAllocation(d time.Duration) { m.latency.Observe(d.Seconds()) }
 
-func (m *metrics) observeUsed(node string, c api.Claim, mib int64) {
+func (m *metrics) observeUsed(node string, c api.Claim, mib int64, used api.Consumption, elapsed time.Duration) {
 	if c.Allocation == nil || len(c.Allocation.Devices) == 0 {
 		return
 	}
+	e := usedEntry{node: node, device: c.Allocation.Devices[0].Device, tenant: c.Tenant, mib: mib}
+	if used.GPUSeconds > 0 && elapsed > 0 {
+		e.smRatio, e.hasSM = used.SMSeconds/elapsed.Seconds(), true
+	}
 	m.mu.Lock()
-	m.usedMiB[c.ID] = usedEntry{node: node, device: c.Allocation.Devices[0].Device, tenant: c.Tenant, mib: mib}
+	m.usedMiB[c.ID] = e
 	m.mu.Unlock()
+}
+
+// usedByClaim is each claim's memory in use as its agent last reported
+// (claims released since may still be there until the next scrape).
+func (m *metrics) usedByClaim() map[string]int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]int64, len(m.usedMiB))
+	for id, u := range m.usedMiB {
+		out[id] = u.mib
+	}
+	return out
+}
+
+// usedEntries copies what agents last reported, by claim.
+func (m *metrics) usedEntries() map[string]usedEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]usedEntry, len(m.usedMiB))
+	for id, u := range m.usedMiB {
+		out[id] = u
+	}
+	return out
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {

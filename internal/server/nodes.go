@@ -373,7 +373,7 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 				}
 			}
 			mib := u.MemoryMiB
-			tx.OnCommit(func() { srv.metrics.observeUsed(name, c, mib) })
+			tx.OnCommit(func() { srv.metrics.observeUsed(name, c, mib, used, elapsed) })
 		}
 		for _, e := range req.Events {
 			// The agent names what happened; who it concerns is the

@@ -15,6 +15,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/state"
+	"github.com/gpuslice/gpuslice/internal/web"
 )
 
 // Config configures a Server. Zero values take the defaults noted.
@@ -53,6 +54,11 @@ type Config struct {
 	// Simulated says the local node runs on simulated GPUs; answers that
 	// show inventory say so.
 	Simulated bool
+	// SampleInterval is how often the dashboard's charts get a sample
+	// (default 15s); SeriesLength how many are kept (default 1,440: six
+	// hours at 15s).
+	SampleInterval time.Duration
+	SeriesLength   int
 }
 
 // Server is the control plane: API, auth, scheduling and metrics.
@@ -62,6 +68,8 @@ type Server struct {
 	log     *slog.Logger
 	sched   *scheduler
 	metrics *metrics
+	// series holds the dashboard's samples (a bounded ring).
+	series *web.Series
 	// cache holds tokens and tenants: the server is the store's only
 	// writer, so it keeps them current on every change it makes.
 	cache cache
@@ -157,7 +165,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
-	srv := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, sched: newScheduler()}
+	if cfg.SampleInterval <= 0 {
+		cfg.SampleInterval = 15 * time.Second
+	}
+	if cfg.SeriesLength <= 0 {
+		cfg.SeriesLength = 1440
+	}
+	srv := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, sched: newScheduler(), series: web.NewSeries(cfg.SeriesLength)}
 	srv.metrics = newMetrics(srv)
 	if err := srv.loadCache(ctx); err != nil {
 		return nil, err
@@ -173,6 +187,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 func (srv *Server) Run(ctx context.Context) {
 	go srv.retryLoop(ctx)
 	go srv.sweepLoop(ctx)
+	go srv.sampleLoop(ctx)
 }
 
 // Handler is the HTTP API.
@@ -208,6 +223,12 @@ func (srv *Server) Handler() http.Handler {
 	route("POST /v1/tokens", admin, srv.createToken)
 	route("GET /v1/tokens", admin, srv.listTokens)
 	route("DELETE /v1/tokens/{id}", admin, srv.deleteToken)
+	// The dashboard: its page (anyone gets the login; data needs a token)
+	// and the views it reads.
+	mux.Handle("GET /{$}", web.Assets())
+	mux.Handle("GET /ui/", web.Assets())
+	route("GET /v1/fleet", users, srv.fleet)
+	route("GET /v1/dashboard", users, srv.dashboard)
 	return srv.logged(mux)
 }
 
