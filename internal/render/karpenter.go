@@ -29,7 +29,7 @@ func renderKarpenter(s *model.Spec, p *plan.Plan) ([]byte, error) {
 	for i := range p.Pools {
 		pp := &p.Pools[i]
 		if pp.InstanceType == "" {
-			objs, comments = append(objs, nil), append(comments, nil)
+			objs, comments = append(objs, nil), append(comments, []string{"WARNING: " + karpenterNoInstanceType(pp.Name)})
 			continue
 		}
 		it, err := cat.InstanceType(pp.InstanceType)
@@ -83,14 +83,17 @@ func renderKarpenter(s *model.Spec, p *plan.Plan) ([]byte, error) {
 	}
 	var keep []obj
 	var keepC [][]string
+	header := []string{"Karpenter NodePools rendered by gpuslice from " + strings.Join(s.Sources, ", "),
+		"nodeClassRef names a node class called default: create it for your account"}
 	for i, o := range objs {
 		if o != nil {
 			keep = append(keep, o)
 			keepC = append(keepC, comments[i])
+			continue
 		}
+		header = append(header, comments[i]...) // why a pool has no NodePool
 	}
-	return documents([]string{"Karpenter NodePools rendered by gpuslice from " + strings.Join(s.Sources, ", "),
-		"nodeClassRef names a node class called default: create it for your account"}, keep, keepC)
+	return documents(header, keep, keepC)
 }
 
 func specPool(s *model.Spec, name string) *model.Pool {
@@ -109,4 +112,23 @@ func usesMIG(pp *plan.PoolPlan) bool {
 		}
 	}
 	return false
+}
+
+func init() {
+	registerWarnings("karpenter", func(_ *model.Spec, p *plan.Plan) []string {
+		var out []string
+		for i := range p.Pools {
+			if p.Pools[i].InstanceType == "" {
+				out = append(out, karpenterNoInstanceType(p.Pools[i].Name))
+			}
+		}
+		return out
+	})
+}
+
+// karpenterNoInstanceType is what the karpenter target says of a pool
+// described by GPU model and count instead of an instance type.
+func karpenterNoInstanceType(pool string) string {
+	return fmt.Sprintf("pool %s has no instanceType (it names a GPU model and count), so no NodePool is written for it: "+
+		"Karpenter provisions instance types; set the pool's instanceType (gpuslice catalog instances lists them)", pool)
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/plan"
 	"github.com/gpuslice/gpuslice/internal/spec"
 )
@@ -146,5 +148,29 @@ func TestForeignSelectorNames(t *testing.T) {
 		if got := foreignNames(sel); got != want {
 			t.Errorf("%s: %q, want %q", sel, got, want)
 		}
+	}
+}
+
+// A pool described by GPU model and count has no instance type for
+// Karpenter to provision: the karpenter target says so in its output and
+// in its warnings instead of leaving the pool out without a word.
+func TestKarpenterSaysWhyAPoolHasNoNodePool(t *testing.T) {
+	s := &model.Spec{Sources: []string{"pool.yaml"},
+		Pools: []model.Pool{{Name: "local", GPU: "L4", GPUsPerNode: 4}, {Name: "l4", InstanceType: "g6.xlarge"}},
+		Workloads: []model.Workload{{Name: "w", Tenant: "a", Replicas: 2, Pool: "local",
+			Requests: []alloc.Request{{Name: "gpu", Mode: alloc.TimeSlice, MemoryMiB: 4096}}}}}
+	p, err := plan.Make(s, plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Render("karpenter", s, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "# WARNING: pool local has no instanceType") || strings.Count(string(out), "kind: NodePool") != 1 {
+		t.Fatalf("render:\n%s", out)
+	}
+	if w := Warnings("karpenter", s, p); len(w) != 1 || !strings.Contains(w[0], "pool local") {
+		t.Fatalf("warnings %q", w)
 	}
 }
