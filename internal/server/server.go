@@ -208,6 +208,12 @@ func (srv *Server) Handler() http.Handler {
 	route("POST /v1/tokens", admin, srv.createToken)
 	route("GET /v1/tokens", admin, srv.listTokens)
 	route("DELETE /v1/tokens/{id}", admin, srv.deleteToken)
+	// Services (services.go): replicas of a claim + command, autoscaled.
+	route("GET /v1/services", users, srv.listServices)
+	route("PUT /v1/services/{name}", users, srv.putService)
+	route("GET /v1/services/{name}", users, srv.getService)
+	route("DELETE /v1/services/{name}", users, srv.deleteService)
+	route("PUT /v1/services/{name}/status", admin, srv.putServiceStatus)
 	return srv.logged(mux)
 }
 
