@@ -301,4 +301,3 @@ func (e *env) gpuUUID(i int) string {
 	}
 	return gs[i].UUID
 }
-
