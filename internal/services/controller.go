@@ -550,6 +550,8 @@ func (c *Controller) runReplica(ctx context.Context, r *replica, spec api.Servic
 	if proxy != nil {
 		proxy.Add(r.id, &url.URL{Scheme: "http", Host: net.JoinHostPort(c.cfg.Host, strconv.Itoa(port))})
 	}
+	c.Poke() // report it ready now
+
 	select {
 	case err := <-exited:
 		if proxy != nil {
