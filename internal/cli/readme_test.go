@@ -310,6 +310,12 @@ func nodeRows(w *walk) (map[string]string, error) {
 // readmeSteps is every README command line, as written, and what the
 // walk does with it.
 var readmeSteps = map[string]readmeStep{
+	"./gpuslice services put -f examples/services/hello.yaml   # 1..3 replicas of a 4 GiB time-sliced claim, proxy on :8080": {
+		want: []string{"hello", "1..3", "8080 (auto-stop)"},
+	},
+	"./gpuslice services ls                                    # replicas, ready, range, port, last decision": {want: []string{"hello", "default"}},
+	"./gpuslice services get hello                             # every decision with its reason":              {want: []string{"TIME", "REASON"}},
+	"./gpuslice services rm hello                              # replicas stop, their claims are released":    {}, // TestIdleStopsAndARequestWakes and TestScaleDownLosesNoRequest (internal/services) check replicas stop and claims are released
 	"go run ./cmd/gpuslice serve": {skip: "the same server as `./gpuslice serve`, which the walk starts below"},
 	"./scripts/test.sh":           {skip: "the command that runs this test"},
 	"go build -o gpuslice ./cmd/gpuslice": {check: func(w *walk, _ string) error {

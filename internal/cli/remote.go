@@ -204,7 +204,7 @@ Stop a node's agent first: a running agent registers its node again.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(cmd.Context(), c, http.MethodDelete, "/v1/tokens/"+url.PathEscape(args[0]), nil, nil)
 		}})
-	out := []*cobra.Command{claims, nodes, tenants, tokens, usage, runCmd(e, c), agentCmd(e, c)}
+	out := []*cobra.Command{claims, nodes, tenants, tokens, usage, runCmd(e, c), agentCmd(e, c), servicesCmd(e, c)}
 	for _, cmd := range out {
 		c.flags(cmd)
 	}

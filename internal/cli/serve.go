@@ -249,6 +249,10 @@ exists it refuses a database that is missing or empty instead of starting afresh
 					log.Warn("local node registration failed; the agent retries", "err", err)
 				}
 				go func() { _ = a.Run(ctx) }()
+				// Services run on the local node (services.go).
+				if err := startServices(ctx, srv, store, dataDir, nodeName, listen, dev, log); err != nil {
+					return err
+				}
 			}
 			hs := srv.NewHTTPServer(listen)
 			scheme := "http"

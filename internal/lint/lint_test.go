@@ -94,6 +94,7 @@ var pure = []string{
 	module + "/internal/packing",
 	module + "/internal/model",
 	module + "/internal/render",
+	module + "/internal/autoscale",
 }
 
 // forbiddenInPure are dependencies (direct or transitive) a pure package

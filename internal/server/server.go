@@ -229,6 +229,12 @@ func (srv *Server) Handler() http.Handler {
 	mux.Handle("GET /ui/", web.Assets())
 	route("GET /v1/fleet", users, srv.fleet)
 	route("GET /v1/dashboard", users, srv.dashboard)
+	// Services (services.go): replicas of a claim + command, autoscaled.
+	route("GET /v1/services", users, srv.listServices)
+	route("PUT /v1/services/{name}", users, srv.putService)
+	route("GET /v1/services/{name}", users, srv.getService)
+	route("DELETE /v1/services/{name}", users, srv.deleteService)
+	route("PUT /v1/services/{name}/status", admin, srv.putServiceStatus)
 	return srv.logged(mux)
 }
 

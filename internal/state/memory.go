@@ -29,6 +29,7 @@ type Memory struct {
 	claims      map[string]memClaim // by ID
 	claimOrder  []string            // IDs in Seq order (claims are never deleted)
 	nodes       map[string][]byte
+	services    map[string][]byte
 	events      []memEvent // in Seq order
 	usage       map[string]api.Consumption
 	claimSeq    int64
@@ -63,6 +64,7 @@ func NewMemory() *Memory {
 		tokenByHash: map[string]string{},
 		claims:      map[string]memClaim{},
 		nodes:       map[string][]byte{},
+		services:    map[string][]byte{},
 		usage:       map[string]api.Consumption{},
 	}
 }

@@ -107,11 +107,18 @@ var migrations = [][]string{
 	{
 		`ALTER TABLE usage ADD COLUMN sm_seconds REAL NOT NULL DEFAULT 0`,
 	},
+	// 3: services (replicas of a claim and a command, autoscaled).
+	{
+		`CREATE TABLE services (
+			name TEXT PRIMARY KEY,
+			data BLOB NOT NULL
+		)`,
+	},
 }
 
 // SchemaVersion is the schema version this binary writes: the number of
 // migrations (a test checks they agree).
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // SQLite is the durable Store: one SQLite database file in WAL mode,
 // written by one goroutine that group-commits concurrent Updates (see the

@@ -87,6 +87,13 @@ type Tx interface {
 	// MemoryMiB, ComputePercent) are left zero for the server to fill.
 	Usage(tenant string) (api.Usage, error)
 
+	// PutService creates or replaces a service (by name).
+	PutService(s api.Service) error
+	GetService(name string) (api.Service, error)
+	// ListServices returns every service ordered by name.
+	ListServices() ([]api.Service, error)
+	DeleteService(name string) error
+
 	// OnCommit registers f to run once the transaction that holds this
 	// function's changes has committed (durably, for a durable backend),
 	// before Update returns. With group commit, later functions of the

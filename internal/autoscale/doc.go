@@ -1,0 +1,18 @@
+// Package autoscale decides how many replicas a service runs and which node
+// pools to grow, counting GPU slices rather than whole GPUs. Every decision
+// is a pure function of a policy, the current state, a window of samples
+// and the time passed in (no clock is read here): the controller in
+// internal/services measures, calls Decide and applies the answer.
+//
+// Replicas: up by one after the metric stayed above the over-utilized
+// threshold for the whole up period, down by one after it stayed below the
+// idle threshold for the down period, always within [min, max]. Only the
+// samples taken after the last change count, so each step waits a full
+// period and a flapping metric never completes a period. With auto-stop a
+// service drops to zero after a down period with no request at all, and
+// wakes when a request waits.
+//
+// Node pools (PlanNodes): the claims that are pending for lack of capacity
+// are placed with the real allocator on the current fleet plus candidate
+// nodes of each pool; the cheapest pool that places all of them wins.
+package autoscale

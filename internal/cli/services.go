@@ -1,0 +1,223 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/server"
+	"github.com/gpuslice/gpuslice/internal/services"
+	"github.com/gpuslice/gpuslice/internal/spec"
+	"github.com/gpuslice/gpuslice/internal/state"
+)
+
+// serviceFile is gpuslice's service YAML: a name and tenant, and the spec.
+type serviceFile struct {
+	Name   string `json:"name"`
+	Tenant string `json:"tenant,omitempty"`
+	api.ServiceSpec
+}
+
+// readServices reads service definitions from a gpuslice service YAML or
+// a compose file (each service with x-omnistrate-capabilities becomes
+// one; compose names images, so the command to run comes from command).
+func readServices(file string, data []byte, command []string) ([]serviceFile, error) {
+	if f, ok := spec.Detect(data); ok && f == spec.FormatCompose {
+		s, diags := spec.Read(file, data, spec.FormatCompose)
+		if err := diags.Err(); err != nil {
+			return nil, err
+		}
+		var out []serviceFile
+		for _, w := range s.Workloads {
+			if w.Autoscaling == nil {
+				continue
+			}
+			if len(command) == 0 {
+				return nil, fmt.Errorf("%s: service %s names an image (%s); gpuslice runs processes: give the command after --, e.g. gpuslice services put -f %s -- python serve.py",
+					file, w.Name, w.Image, file)
+			}
+			sf := serviceFile{Name: w.Name, Tenant: w.Tenant}
+			sf.Claim = api.ClaimSpec{Priority: w.Priority, Isolation: w.Isolation, Requests: w.Requests, Constraints: w.Constraints}
+			sf.Command, sf.Env, sf.Autoscaling = command, w.Env, *w.Autoscaling
+			out = append(out, sf)
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("%s: no compose service has x-omnistrate-capabilities (autoscaling or serverlessConfiguration)", file)
+		}
+		return out, nil
+	}
+	var sf serviceFile
+	if err := yaml.UnmarshalStrict(data, &sf); err != nil {
+		return nil, fmt.Errorf("%s: %v (a service file has name, tenant, claim, command, env, autoscaling, metric, targetConcurrency, prometheusURL, prometheusQuery, wakeTimeoutSeconds)", file, err)
+	}
+	if sf.Name == "" {
+		return nil, fmt.Errorf("%s: name: a service needs a name", file)
+	}
+	if len(command) > 0 {
+		sf.Command = command
+	}
+	if err := server.ValidateServiceSpec(sf.ServiceSpec); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return []serviceFile{sf}, nil
+}
+
+func servicesCmd(e *env, c *conn) *cobra.Command {
+	cmd := &cobra.Command{Use: "services", Short: "Autoscaled services: replicas of a claim and a command, scaled by slices (serve runs them)"}
+	var file string
+	put := &cobra.Command{Use: "put -f FILE [-- CMD ARGS...]", Short: "Create or replace services from a service YAML or a compose file",
+		Example: "  gpuslice services put -f service.yaml\n  gpuslice services put -f compose.yaml -- python serve.py",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if file == "" {
+				return fmt.Errorf("-f FILE is required")
+			}
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return err
+			}
+			svcs, err := readServices(filepath.Base(file), data, args)
+			if err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var out []api.Service
+			for _, sf := range svcs {
+				s, err := cl.PutService(cmd.Context(), sf.Name, sf.Tenant, sf.ServiceSpec)
+				if ce := (*client.Error)(nil); err != nil && sf.Tenant == "" && errors.As(err, &ce) && ce.Field == "tenant" {
+					// An admin token names a tenant: "default" when the file
+					// names none (a tenant token puts its own).
+					s, err = cl.PutService(cmd.Context(), sf.Name, "default", sf.ServiceSpec)
+				}
+				if err != nil {
+					return fmt.Errorf("service %s: %w", sf.Name, err)
+				}
+				out = append(out, s)
+			}
+			return e.render(servicesTable(out), out)
+		}}
+	put.Flags().StringVarP(&file, "file", "f", "", "service YAML or compose file")
+	ls := &cobra.Command{Use: "ls", Short: "List services with their replicas", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			ss, err := cl.Services(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return e.render(servicesTable(ss), ss)
+		}}
+	get := &cobra.Command{Use: "get NAME", Short: "Show a service with its decisions and their reasons", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			s, err := cl.Service(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			t := &table{header: []string{"TIME", "ACTION", "REPLICAS", "REASON"}}
+			for _, d := range s.Status.Decisions {
+				t.add(d.Time.Format("2006-01-02 15:04:05"), d.Action, fmt.Sprintf("%d→%d", d.From, d.To), d.Reason)
+			}
+			return e.render(t, s)
+		}}
+	rm := &cobra.Command{Use: "rm NAME", Short: "Delete a service (its replicas stop, their claims are released)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			_, err = cl.DeleteService(cmd.Context(), args[0])
+			return err
+		}}
+	cmd.AddCommand(put, ls, get, rm)
+	return cmd
+}
+
+func servicesTable(ss []api.Service) *table {
+	t := &table{header: []string{"NAME", "TENANT", "REPLICAS", "READY", "RANGE", "PORT", "METRIC", "LAST DECISION"}}
+	for _, s := range ss {
+		a := s.Spec.Autoscaling
+		last := "-"
+		if n := len(s.Status.Decisions); n > 0 {
+			last = short(s.Status.Decisions[n-1].String(), 60)
+		}
+		port := "-"
+		if a.TargetPort > 0 {
+			port = fmt.Sprint(a.TargetPort)
+			if a.EnableAutoStop {
+				port += " (auto-stop)"
+			}
+		}
+		metric := s.Spec.Metric
+		if metric == "" {
+			metric = "gpu"
+		}
+		t.add(s.Name, s.Tenant, s.Status.Replicas, s.Status.Ready, fmt.Sprintf("%d..%d", a.MinReplicas, a.MaxReplicas), port, metric, last)
+	}
+	return t
+}
+
+// controllerToken reads or makes the services controller's admin token,
+// kept in the data directory like the local agent's.
+func controllerToken(ctx context.Context, srv *server.Server, store state.Store, dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "services.token")
+	if b, err := os.ReadFile(path); err == nil {
+		secret := strings.TrimSpace(string(b))
+		ok := false
+		_ = store.View(ctx, func(tx state.Tx) error {
+			t, err := tx.TokenByHash(server.HashToken(secret))
+			ok = err == nil && t.Role == api.RoleAdmin
+			return nil
+		})
+		if ok {
+			return secret, nil
+		}
+	}
+	tok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
+	if err != nil {
+		return "", err
+	}
+	return tok.Secret, os.WriteFile(path, []byte(tok.Secret+"\n"), 0o600)
+}
+
+// startServices runs the services controller of serve on the local node:
+// it talks to the server in-process with its own admin token, measures
+// the local device layer, and opens proxies on the host serve listens on.
+func startServices(ctx context.Context, srv *server.Server, store state.Store, dataDir, node, listen string, meter services.Meter, log *slog.Logger) error {
+	tok, err := controllerToken(ctx, srv, store, dataDir)
+	if err != nil {
+		return err
+	}
+	cl, err := client.New("http://in-process", tok, &http.Client{Transport: handlerTransport{srv.Handler()}})
+	if err != nil {
+		return err
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil || host == "" {
+		host = "127.0.0.1"
+	}
+	ctl, err := services.New(services.Config{Client: cl, Node: node, Meter: meter, Log: log.With("services", node), Host: host, Output: os.Stderr})
+	if err != nil {
+		return err
+	}
+	go func() { _ = ctl.Run(ctx) }()
+	return nil
+}

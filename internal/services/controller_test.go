@@ -1,0 +1,303 @@
+package services
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/agent"
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/autoscale"
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/model"
+	"github.com/gpuslice/gpuslice/internal/server"
+	"github.com/gpuslice/gpuslice/internal/state"
+)
+
+// The replica command in these tests is this test binary, re-executed as
+// a tiny HTTP server on $PORT that answers with its replica and devices;
+// /slow answers after 300ms.
+func TestMain(m *testing.M) {
+	if os.Getenv("GPUSLICE_TEST_REPLICA") == "1" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				time.Sleep(300 * time.Millisecond)
+			}
+			fmt.Fprintf(w, "replica %s devices %s\n", os.Getenv("GPUSLICE_REPLICA"), os.Getenv("CUDA_VISIBLE_DEVICES"))
+		})
+		_ = http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), mux)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type env struct {
+	t     *testing.T
+	ctx   context.Context
+	admin *client.Client
+	ctl   *Controller
+	m     *fake.Machine
+}
+
+// newEnv runs a real server on a memory store with an in-process agent on
+// a simulated dgx-a100, and a controller with 100ms minutes.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	store := state.NewMemory()
+	srv, err := server.New(ctx, server.Config{Store: store, Simulated: true, Policy: alloc.Policy{AllowModeSwitch: true},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Run(ctx)
+	if err := srv.EnsureTenant(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	adminTok, _ := srv.CreateToken(ctx, api.RoleAdmin, "")
+	agentTok, _ := srv.CreateTokenFor(ctx, api.RoleAgent, "", "node-a")
+	admin, _ := client.New(hs.URL, adminTok.Secret, hs.Client())
+	ac, _ := client.New(hs.URL, agentTok.Secret, hs.Client())
+	spec, err := fake.Preset("dgx-a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := fake.New(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Name: "node-a", Client: ac, Device: m, Interval: 50 * time.Millisecond, Workloads: m, Kill: m.StopProcess})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	agentDone := make(chan struct{})
+	go func() { _ = a.Run(ctx); close(agentDone) }()
+	ctl, err := New(Config{Client: admin, Node: "node-a", Meter: m, Interval: 50 * time.Millisecond, Minute: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctlDone := make(chan struct{})
+	go func() { _ = ctl.Run(ctx); close(ctlDone) }()
+	t.Cleanup(func() {
+		cancel()
+		<-ctlDone
+		<-agentDone
+		hs.Close()
+	})
+	return &env{t: t, ctx: ctx, admin: admin, ctl: ctl, m: m}
+}
+
+func replicaSpec(port int, as model.Autoscaling) api.ServiceSpec {
+	exe, _ := os.Executable()
+	as.TargetPort = port
+	return api.ServiceSpec{
+		Claim:       api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 4096, Mode: alloc.TimeSlice}}},
+		Command:     []string{exe, "-test.run=^$"},
+		Env:         map[string]string{"GPUSLICE_TEST_REPLICA": "1"},
+		Autoscaling: as,
+	}
+}
+
+// waitFor polls the service until ok or 10s.
+func (e *env) waitFor(name, what string, ok func(api.Service) bool) api.Service {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, err := e.admin.Service(e.ctx, name)
+		if err == nil && ok(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("service %s never %s: %+v (%v)", name, what, s.Status, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func port(t *testing.T) int {
+	p, err := freePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// An idle service with auto-stop drops to zero and releases its claim; a
+// request at zero wakes a replica (a new claim, a new process) and is
+// answered by it.
+func TestIdleStopsAndARequestWakes(t *testing.T) {
+	e := newEnv(t)
+	p := port(t)
+	_, err := e.admin.PutService(e.ctx, "hello", "default", replicaSpec(p, model.Autoscaling{MinReplicas: 1, MaxReplicas: 2,
+		IdleMinutesBeforeScalingDown: 2, EnableAutoStop: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://127.0.0.1:" + strconv.Itoa(p) + "/"
+	s := e.waitFor("hello", "ready", func(s api.Service) bool { return s.Status.Ready == 1 })
+	first := s.Status.Claims[0]
+	if code, body := get(t, url); code != 200 || !strings.Contains(body, "replica hello-") {
+		t.Fatalf("%d %s", code, body)
+	}
+	s = e.waitFor("hello", "stopped", func(s api.Service) bool { return s.Status.Replicas == 0 && len(s.Status.Claims) == 0 })
+	last := s.Status.Decisions[len(s.Status.Decisions)-1]
+	if last.Action != autoscale.Stop || !strings.Contains(last.Reason, "no request") {
+		t.Fatalf("last decision %+v", last)
+	}
+	c, err := e.admin.Claim(e.ctx, first, "", 0)
+	if err != nil || c.State != api.Released {
+		t.Fatalf("the stopped replica's claim is %s (%v)", c.State, err)
+	}
+	start := time.Now()
+	code, body := get(t, url)
+	if code != 200 || !strings.Contains(body, "replica hello-") || !strings.Contains(body, "devices ") {
+		t.Fatalf("request at zero: %d %s", code, body)
+	}
+	t.Logf("wake from zero to the answer: %s", time.Since(start))
+	s = e.waitFor("hello", "awake", func(s api.Service) bool { return s.Status.Ready == 1 })
+	if s.Status.Claims[0] == first {
+		t.Fatalf("woke with the released claim %s", first)
+	}
+	var wake bool
+	for _, d := range s.Status.Decisions {
+		wake = wake || d.Action == autoscale.Wake
+	}
+	if !wake {
+		t.Fatalf("no wake decision: %+v", s.Status.Decisions)
+	}
+}
+
+// A request waits a bounded time: a replica that never listens gives a
+// clear 503 after the wake timeout.
+func TestWakeTimeoutIs503(t *testing.T) {
+	e := newEnv(t)
+	p := port(t)
+	spec := replicaSpec(p, model.Autoscaling{MinReplicas: 1, MaxReplicas: 1})
+	spec.Command, spec.Env = []string{"sleep", "30"}, nil
+	spec.WakeTimeoutSeconds = 1
+	if _, err := e.admin.PutService(e.ctx, "mute", "default", spec); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("mute", "seen by the controller", func(s api.Service) bool { return !s.Status.Since.IsZero() })
+	start := time.Now()
+	code, body := get(t, "http://127.0.0.1:"+strconv.Itoa(p)+"/")
+	if code != 503 || !strings.Contains(body, "no ready replica after 1s") {
+		t.Fatalf("%d %s", code, body)
+	}
+	if d := time.Since(start); d < time.Second || d > 5*time.Second {
+		t.Fatalf("answered after %s", d)
+	}
+}
+
+// Scaling down takes a replica out of rotation and lets its requests
+// finish before stopping it: every request in flight is answered.
+func TestScaleDownLosesNoRequest(t *testing.T) {
+	e := newEnv(t)
+	p := port(t)
+	spec := replicaSpec(p, model.Autoscaling{MinReplicas: 3, MaxReplicas: 3})
+	if _, err := e.admin.PutService(e.ctx, "busy", "default", spec); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("busy", "ready", func(s api.Service) bool { return s.Status.Ready == 3 })
+	url := "http://127.0.0.1:" + strconv.Itoa(p) + "/slow"
+	var wg sync.WaitGroup
+	errs := make(chan string, 100)
+	stopAt := time.Now().Add(1500 * time.Millisecond)
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stopAt) {
+				resp, err := http.Get(url)
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					errs <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	spec.Autoscaling.MinReplicas, spec.Autoscaling.MaxReplicas = 1, 1
+	if _, err := e.admin.PutService(e.ctx, "busy", "default", spec); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error("request lost while scaling down:", e)
+	}
+	s := e.waitFor("busy", "scaled down", func(s api.Service) bool { return s.Status.Ready == 1 && len(s.Status.Claims) == 1 })
+	if d := s.Status.Decisions[len(s.Status.Decisions)-1]; d.Action != autoscale.Clamp || d.To != 1 {
+		t.Fatalf("decision %+v", d)
+	}
+}
+
+// The gpu metric reads the replicas' devices on the simulated GPUs: pinned
+// busy, the service grows one replica at a time to its maximum.
+func TestBusyGPUsScaleUpOneStepAtATime(t *testing.T) {
+	e := newEnv(t)
+	spec := replicaSpec(port(t), model.Autoscaling{MinReplicas: 1, MaxReplicas: 3, OverUtilizedMinutesBeforeScalingUp: 1})
+	if _, err := e.admin.PutService(e.ctx, "hot", "default", spec); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("hot", "ready", func(s api.Service) bool { return s.Status.Ready >= 1 })
+	for i := range 8 { // every GPU of the dgx-a100 busy
+		if err := e.m.SetUtilization(e.gpuUUID(i), 95, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := e.waitFor("hot", "at 3", func(s api.Service) bool { return s.Status.Ready == 3 })
+	var ups []autoscale.Decision
+	for _, d := range s.Status.Decisions {
+		if d.Action == autoscale.Up {
+			ups = append(ups, d)
+		}
+	}
+	if len(ups) != 2 || ups[0].To != 2 || ups[1].To != 3 || !strings.Contains(ups[0].Reason, "gpu above 80%") {
+		t.Fatalf("want 1→2→3 on gpu: %+v", s.Status.Decisions)
+	}
+	if gap := ups[1].Time.Sub(ups[0].Time); gap < 200*time.Millisecond {
+		t.Fatalf("second step %s after the first: less than the 1-minute (200ms) period", gap)
+	}
+}
+
+func (e *env) gpuUUID(i int) string {
+	gs, err := e.m.GPUs(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return gs[i].UUID
+}
