@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,6 +64,9 @@ type Config struct {
 
 // Server is the control plane: API, auth, scheduling and metrics.
 type Server struct {
+	// routes lists the API's "METHOD /path" patterns (Handler fills it;
+	// a test checks openapi.json describes each).
+	routes  []string
 	cfg     Config
 	store   state.Store
 	log     *slog.Logger
@@ -190,12 +194,18 @@ func (srv *Server) Run(ctx context.Context) {
 	go srv.sampleLoop(ctx)
 }
 
+// Routes lists the API's "METHOD /path" patterns, as Handler registers
+// them (after the first call of Handler).
+func (srv *Server) Routes() []string { return slices.Clone(srv.routes) }
+
 // Handler is the HTTP API.
 func (srv *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern string, roles []api.Role, h handlerFunc) {
 		mux.Handle(pattern, srv.authed(roles, h))
+		srv.routes = append(srv.routes, pattern)
 	}
+	srv.routes = srv.routes[:0]
 	admin := []api.Role{api.RoleAdmin}
 	users := []api.Role{api.RoleAdmin, api.RoleTenant}
 	agents := []api.Role{api.RoleAdmin, api.RoleAgent}

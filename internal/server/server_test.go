@@ -698,3 +698,24 @@ func TestQueuedReplicasShareASizedDevice(t *testing.T) {
 		t.Fatalf("6 queued replicas of 6 GiB took %d devices: %v; the first should be sized for the rest", len(devices), devices)
 	}
 }
+
+// Every route the API serves is described in openapi.json with its method.
+func TestOpenAPIDescribesEveryRoute(t *testing.T) {
+	h := newHarness(t, nil)
+	code, body := h.call("", "GET", "/openapi.json", nil)
+	var doc struct {
+		Paths map[string]map[string]any `json:"paths"`
+	}
+	if code != 200 || json.Unmarshal(body, &doc) != nil {
+		t.Fatalf("openapi: %d", code)
+	}
+	if len(h.srv.Routes()) < 20 {
+		t.Fatalf("only %d routes recorded", len(h.srv.Routes()))
+	}
+	for _, r := range h.srv.Routes() {
+		method, path, _ := strings.Cut(r, " ")
+		if doc.Paths[path][strings.ToLower(method)] == nil {
+			t.Errorf("openapi.json does not describe %s", r)
+		}
+	}
+}
