@@ -98,7 +98,7 @@ func parsePromAnswer(status int, body []byte) (float64, error) {
 	}
 	s, _ := pair[1].(string)
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsInf(v, 0) {
+	if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
 		return 0, fmt.Errorf("prometheus value %v is not a finite number", pair[1])
 	}
 	return v, nil
