@@ -62,33 +62,44 @@ func (h Heuristic) String() string {
 var SortKeys = []string{"memory", "compute", "max", "sum", "product"}
 
 // Heuristics lists the orders the planner tries for a spec besides its
-// own: plain first-fit decreasing under every sort key (priority first
-// when the spec has more than one priority, and without), its own order
-// without priority, and its own order with MIG instance sizes capped at
-// 1, 2 and 3 compute slices when a pool has MIG. The property test holds
-// the planner to never using more GPUs than any of them.
+// own, most useful first (as measured on plantest.RandomSpec): its own
+// order without priority (when the spec has more than one), plain
+// first-fit decreasing under every sort key (memory, max, sum, compute,
+// product), the same priority first, and its own order with MIG instance
+// sizes capped at 3, 2 and 1 compute slices when a pool has MIG. The
+// property test holds the planner to never using more GPUs than any of
+// them (on specs small enough that all are tried: see maxOrders).
 func Heuristics(s *model.Spec) []Heuristic {
 	prios := map[int]bool{}
 	for _, w := range s.Workloads {
 		prios[w.Priority] = true
 	}
 	var out []Heuristic
-	for _, k := range SortKeys {
-		out = append(out, Heuristic{Key: k})
-		if len(prios) > 1 {
-			out = append(out, Heuristic{Key: k, Priority: true})
-		}
-	}
 	if len(prios) > 1 {
 		out = append(out, Heuristic{Key: "plan", Ahead: true})
 	}
+	keys := []string{"memory", "max", "sum", "compute", "product"}
+	for _, k := range keys {
+		out = append(out, Heuristic{Key: k})
+	}
+	if len(prios) > 1 {
+		for _, k := range keys {
+			out = append(out, Heuristic{Key: k, Priority: true})
+		}
+	}
 	if hasMIG(s) {
-		for _, c := range []int{1, 2, 3} {
+		for _, c := range []int{3, 2, 1} {
 			out = append(out, Heuristic{Key: "plan", Priority: true, Ahead: true, Cap: c})
 		}
 	}
 	return out
 }
+
+// maxOrders is how many of the heuristic orders a spec of n replicas
+// gets: every one up to a few thousand replicas, then as many as keep the
+// extra work near 40,000 replica placements, and never fewer than 3.
+// Each order is a full pass, so this keeps planning linear in n.
+func maxOrders(n int) int { return max(3, 40000/max(n, 1)) }
 
 // hasMIG says whether a pool of the spec may run MIG.
 func hasMIG(s *model.Spec) bool {
@@ -163,17 +174,20 @@ func sizeKey(key string, pools []*pool, r *replica) [2]float64 {
 		sum += n * (m + c)
 		prod += n * m * c
 	}
+	// Ties keep the planner's order (biggest memory, then compute, first):
+	// memory and compute break their ties by the other dimension, the
+	// combined keys by nothing more.
 	switch key {
 	case "memory":
 		return [2]float64{mem, comp}
 	case "compute":
 		return [2]float64{comp, mem}
 	case "max":
-		return [2]float64{mx, sum}
+		return [2]float64{mx, 0}
 	case "sum":
-		return [2]float64{sum, mx}
+		return [2]float64{sum, 0}
 	}
-	return [2]float64{prod, mx}
+	return [2]float64{prod, 0}
 }
 
 // capClaim keeps a replica that names no MIG profile off MIG instances of
@@ -233,39 +247,47 @@ func initialNodes(pools []*pool) {
 }
 
 // heuristicPass places every replica in the heuristic's order on a fresh
-// fleet that grows like the first pass's.
-func heuristicPass(s *model.Spec, pools []*pool, reps []replica, h Heuristic) (*pass, error) {
+// fleet that grows like the first pass's. When limit > 0 the pass gives
+// up (nil, no error) as soon as more than limit GPUs hold work: GPUs in
+// use never decrease during a pass, so it could not beat a pass that
+// placed everything on limit GPUs.
+func heuristicPass(s *model.Spec, pools []*pool, reps []replica, h Heuristic, limit int) (*pass, error) {
 	initialNodes(pools)
 	st, err := build(s, pools, nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	order := h.order(pools, reps)
-	if h.Ahead {
-		return placePass(st, pools, reps, order)
-	}
-	return plainPass(st, pools, reps, order)
+	return orderPass(st, pools, reps, h.order(pools, reps), h.Ahead, limit)
 }
 
-// plainPass is placePass without look-ahead: each claim is decided alone
-// (first-fit decreasing as a plain allocator would do it).
-func plainPass(state *alloc.State, pools []*pool, reps []replica, order []alloc.Claim) (*pass, error) {
+// orderPass is placePass with look-ahead optional (without it each claim
+// is decided alone: first-fit decreasing as a plain allocator does it)
+// and a limit on the GPUs in use (see heuristicPass).
+func orderPass(state *alloc.State, pools []*pool, reps []replica, order []alloc.Claim, ahead bool, limit int) (*pass, error) {
 	byName := make(map[string]*replica, len(reps))
 	for i := range reps {
 		byName[reps[i].claim.Name] = &reps[i]
 	}
 	ps := &pass{state: state, order: order, byName: byName, allocs: make([]*alloc.Allocation, 0, len(order))}
+	used := map[string]bool{}
 	tried := map[*pool]bool{}
 	for i := range order {
 		c := &order[i]
 		clear(tried)
 		for {
-			a, err := state.AllocateAheadQuick(c, nil)
+			var next []alloc.Claim
+			if ahead {
+				next = order[i+1:]
+			}
+			a, err := state.AllocateAheadQuick(c, next)
 			if err == nil {
 				if err := state.Apply(a); err != nil {
 					return nil, fmt.Errorf("plan: %w", err)
 				}
 				ps.allocs = append(ps.allocs, a)
+				for _, d := range a.Devices {
+					used[d.GPU] = true
+				}
 				break
 			}
 			if !alloc.IsNoFit(err) {
@@ -275,6 +297,9 @@ func plainPass(state *alloc.State, pools []*pool, reps []replica, order []alloc.
 				ps.unplaced = append(ps.unplaced, i)
 				break
 			}
+		}
+		if limit > 0 && len(used) > limit {
+			return nil, nil
 		}
 	}
 	for _, pl := range pools {

@@ -113,7 +113,7 @@ func (m *mover) try(order []alloc.Claim, forbid map[string]bool, accept func(bef
 		}
 		m.count(made[i], -1)
 	}
-	applied, failed := st.Restore(old)
+	applied, failed := st.Restore(restorable(old))
 	if len(failed) > 0 {
 		return false, errUndo
 	}
@@ -228,7 +228,7 @@ func cleanState(s *model.Spec, pools []*pool, ps *pass) error {
 			as = append(as, a)
 		}
 	}
-	applied, failed := st.Restore(as)
+	applied, failed := st.Restore(restorable(as))
 	for name, err := range failed {
 		return fmt.Errorf("plan: rebuilding %s: %w", name, err)
 	}
@@ -238,4 +238,37 @@ func cleanState(s *model.Spec, pools []*pool, ps *pass) error {
 	}
 	ps.state, ps.allocs = st, allocs
 	return nil
+}
+
+// restorable returns allocations for alloc.State.Restore that keep the
+// sharing their MIG instances were created with: Restore re-creates an
+// instance from the device alone (with no sharing of its own), so the
+// sharing a create-instance change carried is added as a configure-sharing
+// change for that device, which Restore applies right after creating it.
+func restorable(as []*alloc.Allocation) []*alloc.Allocation {
+	out := make([]*alloc.Allocation, len(as))
+	for i, a := range as {
+		out[i] = a
+		var extra []alloc.Change
+		for _, ch := range a.Changes {
+			if ch.Kind == alloc.CreateInstance && ch.Sharing != nil && !configures(a, ch.Device) {
+				extra = append(extra, alloc.Change{Kind: alloc.ConfigureShare, Node: ch.Node, GPU: ch.GPU, Device: ch.Device, Sharing: ch.Sharing})
+			}
+		}
+		if len(extra) > 0 {
+			c := *a
+			c.Changes = append(append([]alloc.Change(nil), a.Changes...), extra...)
+			out[i] = &c
+		}
+	}
+	return out
+}
+
+func configures(a *alloc.Allocation, dev string) bool {
+	for _, ch := range a.Changes {
+		if ch.Kind == alloc.ConfigureShare && ch.Device == dev {
+			return true
+		}
+	}
+	return false
 }

@@ -51,11 +51,13 @@ type PoolQuality struct {
 	Proof string `json:"proof"`
 }
 
-// OrderResult is what one order gave.
+// OrderResult is what one order gave. An Abandoned order was stopped
+// once it held work on more GPUs (GPUs) than the best plan so far.
 type OrderResult struct {
-	Order    string `json:"order"`
-	GPUs     int    `json:"gpus"`
-	Unplaced int    `json:"unplaced,omitempty"`
+	Order     string `json:"order"`
+	GPUs      int    `json:"gpus"`
+	Unplaced  int    `json:"unplaced,omitempty"`
+	Abandoned bool   `json:"abandoned,omitempty"`
 }
 
 // ExactStats is what the exact search did within its budget.
@@ -117,11 +119,23 @@ func improve(s *model.Spec, pools []*pool, cur *pass, reps []replica, opts Quali
 		hs := opts.Orders
 		if hs == nil {
 			hs = Heuristics(s)
+			if n := maxOrders(len(reps)); len(hs) > n {
+				q.Skipped = fmt.Sprintf("%d of %d orders tried (%d replicas: the first %d keep planning linear)", n, len(hs), len(reps), n)
+				hs = hs[:n]
+			}
 		}
 		for _, h := range hs {
-			ps, err := heuristicPass(s, pools, reps, h)
+			limit := 0
+			if bestScore.placedAll() {
+				limit = bestScore.gpus
+			}
+			ps, err := heuristicPass(s, pools, reps, h, limit)
 			if err != nil {
 				return nil, nil, nil, err
+			}
+			if ps == nil {
+				q.Tried = append(q.Tried, OrderResult{Order: h.String(), GPUs: limit + 1, Abandoned: true})
+				continue
 			}
 			sc := scoreOf(pools, ps, levels)
 			q.Tried = append(q.Tried, OrderResult{Order: h.String(), GPUs: sc.gpus, Unplaced: len(ps.unplaced)})

@@ -13,7 +13,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/plan/plantest"
 )
 
-var qualitySeeds = flag.Int("quality-seeds", 60, "specs TestNeverBeatenByHeuristics draws (more: go test -run NeverBeaten -quality-seeds 2000)")
+var qualitySeeds = flag.Int("quality-seeds", 200, "specs TestNeverBeatenByHeuristics draws (more: go test -run NeverBeaten -quality-seeds 2000)")
 
 // ffdKey sizes a replica for the test's own first-fit decreasing: written
 // here, apart from the planner's sizeKey, so that the planner is held to
