@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/model"
 )
 
@@ -360,4 +361,20 @@ func priorityLevels(reps []replica) []int {
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(out)))
 	return out
+}
+
+// HeuristicGPUs places the spec's replicas in one heuristic order alone
+// (no other order, no local search) and returns the GPUs holding work and
+// the replicas left out: the baseline the plan-quality figures compare
+// the planner with.
+func HeuristicGPUs(s *model.Spec, h Heuristic) (gpus, unplaced int, err error) {
+	pools, err := resolvePools(catalog.Default(), s)
+	if err != nil {
+		return 0, 0, err
+	}
+	ps, err := heuristicPass(s, pools, replicas(s), h, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	return ps.state.GPUsUsed(), len(ps.unplaced), nil
 }

@@ -82,6 +82,10 @@ type QualityOptions struct {
 	Now func() time.Time
 	// Orders, when set, replaces Heuristics(spec) (tests).
 	Orders []Heuristic
+	// OwnOnly keeps the planner's own passes: no other order, no local
+	// search, no exact repacking (the bound is still computed). For
+	// comparisons with the planner as it was before.
+	OwnOnly bool
 }
 
 // DefaultExactBudget is the exact search's default time budget.
@@ -113,9 +117,12 @@ func improve(s *model.Spec, pools []*pool, cur *pass, reps []replica, opts Quali
 	best, bestScore := cur, scoreOf(pools, cur, levels)
 	q.Tried = append(q.Tried, OrderResult{Order: "plan", GPUs: bestScore.gpus, Unplaced: len(cur.unplaced)})
 	curNodes := append([]int(nil), cur.nodes...)
-	if bestScore.placedAll() && bestScore.gpus <= lb.total {
+	switch {
+	case opts.OwnOnly:
+		q.Skipped = "own order only (asked)"
+	case bestScore.placedAll() && bestScore.gpus <= lb.total:
 		q.Skipped = "the planner's own order meets the lower bound"
-	} else {
+	default:
 		hs := opts.Orders
 		if hs == nil {
 			hs = Heuristics(s)
@@ -150,7 +157,7 @@ func improve(s *model.Spec, pools []*pool, cur *pass, reps []replica, opts Quali
 
 	// Local search and the exact packings, on the best pass; a clone
 	// stays behind in case a move cannot be undone.
-	if bestScore.gpus > lb.total {
+	if bestScore.gpus > lb.total && !opts.OwnOnly {
 		backup := best.state.Clone()
 		m := newMover(best, pools)
 		n, err := m.emptyGPUs(2*len(reps) + 64)
