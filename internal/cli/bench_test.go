@@ -48,3 +48,20 @@ func TestBenchPlan(t *testing.T) {
 		t.Errorf("bad size: %q", err)
 	}
 }
+
+// bench plan-quality compares the plan with every heuristic over random
+// specs: a row per heuristic, and the plan never loses to one (the
+// planner tries every such order on specs this small).
+func TestBenchPlanQuality(t *testing.T) {
+	out := run("bench", "plan-quality", "--specs", "12", "--max-replicas", "60")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 5 || !strings.HasPrefix(lines[1], "HEURISTIC") || !strings.Contains(out, "ffd-memory ") || !strings.Contains(out, "proved optimal: plan ") {
+		t.Fatalf("unexpected output:\n%s", out)
+	}
+	for _, l := range lines[2:] {
+		f := strings.Fields(l)
+		if len(f) == 8 && strings.HasPrefix(f[0], "ffd-") && f[4] != "0" {
+			t.Errorf("the plan lost to a heuristic: %q", l)
+		}
+	}
+}

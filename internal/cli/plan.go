@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -49,6 +50,7 @@ func readSpecs(e *env, files []string, format string) (*spec.Spec, error) {
 
 func planCmd(e *env) *cobra.Command {
 	var format string
+	var exact time.Duration
 	cmd := &cobra.Command{
 		Use:   "plan FILE...",
 		Short: "Show what it takes to run these files: nodes, GPUs, MIG layouts, placements, cost",
@@ -56,7 +58,9 @@ func planCmd(e *env) *cobra.Command {
 NVIDIA device-plugin or mig-parted configs, or gpuslice's own YAML, places every replica
 with the real allocator on a simulated fleet, and reports the nodes and GPUs each pool
 needs, every GPU's MIG layout and sharing, which replica lands where, the cost per hour
-against dedicated whole GPUs, and warnings.`,
+against dedicated whole GPUs, and warnings. QUALITY compares the GPUs used with the best
+lower bound gpuslice can prove (per pool, isolation-aware, raised by an exact search on
+small tenant groups): "optimal" when they meet, else the gap.`,
 		Example: "  gpuslice plan examples/compose-timeslicing.yaml\n  gpuslice plan examples/gpuslice.yaml -o yaml",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -64,7 +68,7 @@ against dedicated whole GPUs, and warnings.`,
 			if err != nil {
 				return err
 			}
-			p, err := plan.Make(s, plan.Options{})
+			p, err := plan.Make(s, plan.Options{Quality: plan.QualityOptions{ExactBudget: exactBudget(exact)}})
 			if err != nil {
 				return err
 			}
@@ -72,7 +76,58 @@ against dedicated whole GPUs, and warnings.`,
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "", "input format (default: detected): "+formatNames())
+	cmd.Flags().DurationVar(&exact, "exact-budget", plan.DefaultExactBudget, "time the exact search may spend proving the plan optimal or finding a better packing (0: none)")
 	return cmd
+}
+
+// exactBudget maps the flag to plan's option: 0 means no exact search.
+func exactBudget(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
+}
+
+// qualityNotes is the QUALITY part of the plan's text: GPUs against the
+// lower bound, and what was tried.
+func qualityNotes(q *plan.Quality) []string {
+	if q == nil {
+		return nil
+	}
+	var head string
+	switch {
+	case q.Optimal:
+		head = fmt.Sprintf("QUALITY  GPUs %d, lower bound %d: optimal", q.GPUs, q.LowerBound)
+	case q.LowerBound > 0:
+		head = fmt.Sprintf("QUALITY  GPUs %d, lower bound %d, within %.0f%%", q.GPUs, q.LowerBound, 100*q.Gap)
+	default:
+		head = fmt.Sprintf("QUALITY  GPUs %d", q.GPUs)
+	}
+	out := []string{head}
+	var pools []string
+	for _, pq := range q.Pools {
+		if pq.GPUs > 0 || pq.LowerBound > 0 {
+			pools = append(pools, fmt.Sprintf("%s %d/%d", pq.Name, pq.GPUs, pq.LowerBound))
+		}
+	}
+	if len(pools) > 0 {
+		out = append(out, "      per pool (GPUs/bound): "+strings.Join(pools, ", "))
+	}
+	tried := fmt.Sprintf("      orders tried: %d, kept %s", len(q.Tried), q.Chosen)
+	if q.Moved > 0 {
+		tried += fmt.Sprintf("; local search emptied %d GPU(s)", q.Moved)
+	}
+	if q.Exact.Groups > 0 {
+		tried += fmt.Sprintf("; exact search solved %d of %d tenant groups", q.Exact.Proved, q.Exact.Groups)
+		if q.Exact.Improved > 0 {
+			tried += fmt.Sprintf(" and repacked %d", q.Exact.Improved)
+		}
+	}
+	out = append(out, tried)
+	if q.Note != "" {
+		out = append(out, "      bound: "+q.Note)
+	}
+	return out
 }
 
 func formatNames() string {
@@ -200,6 +255,7 @@ func planTable(p *plan.Plan) *table {
 	if c.PriceNote != "" {
 		t.notes = append(t.notes, "      prices: "+c.PriceNote)
 	}
+	t.notes = append(t.notes, qualityNotes(p.Quality)...)
 	for _, w := range p.Warnings {
 		t.notes = append(t.notes, "warning: "+w)
 	}

@@ -450,6 +450,9 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice bench plan --sizes 1000,10000         # seconds, memory and GPUs of plans of growing size": {
 		want: []string{"REPLICAS", "PEAK HEAP", "growth exponent"},
 	},
+	"./gpuslice bench plan-quality --specs 50         # plan vs first-fit-decreasing heuristics and the lower bound": {
+		want: []string{"HEURISTIC", "ffd-memory", "proved optimal"},
+	},
 	"./gpuslice serve --listen 0.0.0.0:7777 --tls-cert cert.pem --tls-key key.pem": {
 		skip: "needs a certificate of the user's own; TestServeMissingCertificateFails and TestServeSelfSignedTLS cover serve with TLS",
 	},

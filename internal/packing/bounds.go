@@ -10,14 +10,15 @@ import (
 //
 //   - mem: MiB; the request's memory, or for a claim naming a MIG profile
 //     the larger of that and the profile's memory (the instance is held
-//     whole);
+//     whole, unless the claim shares it by time-slicing or MPS: layered
+//     sharing, where only the request's own memory and compute count);
 //   - comp: compute in 1/(100·C) of a GPU, C being the model's MIG compute
 //     slices (1 without MIG): a request's percent × C, or for a profile its
 //     compute slices × 100, exactly;
 //   - slices, cslices: for a claim naming a profile, the profile's memory
 //     and compute slices (0 otherwise);
 //   - alone: the claim holds its device by itself (a profile, mode mig or
-//     exclusive, compute ≥ 100%, or hardware isolation).
+//     exclusive, compute ≥ 100% in auto mode, or hardware isolation).
 type demand struct {
 	mem     int64
 	comp    int64
@@ -39,15 +40,20 @@ func claimDemand(m *catalog.GPU, c *alloc.Claim) demand {
 	r := &c.Requests[0]
 	_, cs, _ := geometryOf(m)
 	d := demand{mem: r.MemoryMiB, comp: int64(r.ComputePercent) * cs}
-	if r.Profile != "" && m.MIG != nil {
+	shared := r.Mode == alloc.TimeSlice || r.Mode == alloc.MPS
+	if r.Profile != "" && m.MIG != nil && !shared {
 		if p, err := m.Profile(r.Profile); err == nil {
 			d.mem = max(d.mem, p.MemoryMiB)
 			d.comp = int64(p.ComputeSlices) * 100
 			d.slices, d.cslices = int64(p.MemorySlices), int64(p.ComputeSlices)
 		}
 	}
-	d.alone = r.Profile != "" || r.Mode == alloc.MIG || r.Mode == alloc.Exclusive ||
-		r.ComputePercent >= 100 || c.Isolation == alloc.IsolationHardware
+	// A shared device (time-slicing, MPS) asked for explicitly may hold
+	// a 100% claim beside claims that promise no compute; auto mode gives
+	// a 100% claim a whole GPU or instance.
+	auto := r.Mode == "" || r.Mode == alloc.Auto
+	d.alone = (r.Profile != "" && !shared) || r.Mode == alloc.MIG || r.Mode == alloc.Exclusive ||
+		(auto && r.ComputePercent >= 100) || c.Isolation == alloc.IsolationHardware
 	return d
 }
 
@@ -141,49 +147,11 @@ func LowerBounds(m *catalog.GPU, claims []alloc.Claim) Bounds {
 // holds for mixed MIG / non-MIG placements too.
 func isolationBound(m *catalog.GPU, claims []alloc.Claim) (bound, groups int) {
 	s, cs, maxInst := geometryOf(m)
-	type group struct {
-		mem, comp      int64
-		slices, cslice int64
-		exact          bool
-		items          []int64 // the memory of each claim, for binsL2
-	}
-	var gs []group
-	byTenant := map[string]int{}
-	strict := map[string]bool{} // tenants with a claim that is not isolation none
-	for i := range claims {
-		if claims[i].Isolation != alloc.IsolationNone {
-			strict[claims[i].Tenant] = true
-		}
-	}
-	const pool = "\x00pool" // not a valid tenant name's group key
-	for i := range claims {
-		c := &claims[i]
-		d := claimDemand(m, c)
-		key := c.Tenant
-		if c.Isolation == alloc.IsolationNone && !d.alone {
-			if strict[c.Tenant] {
-				continue
-			}
-			key = pool
-		}
-		if d.alone {
-			gs = append(gs, group{mem: d.mem, comp: d.comp, slices: d.slices, cslice: d.cslices, exact: d.slices > 0})
-			continue
-		}
-		gi, ok := byTenant[key]
-		if !ok {
-			gi = len(gs)
-			byTenant[key] = gi
-			gs = append(gs, group{})
-		}
-		gs[gi].mem += d.mem
-		gs[gi].comp += d.comp
-		gs[gi].items = append(gs[gi].items, d.mem)
-	}
+	gs := IsolationGroups(m, claims)
 	if m.MIG == nil {
 		total := int64(0)
 		for _, g := range gs {
-			total += max(ceilDiv(g.mem, m.MemoryMiB), binsL2(g.items, m.MemoryMiB), ceilDiv(g.comp, 100), 1)
+			total += int64(g.Bound(m))
 		}
 		return int(total), len(gs)
 	}
@@ -198,7 +166,7 @@ func isolationBound(m *catalog.GPU, claims []alloc.Claim) (bound, groups int) {
 	for _, g := range gs {
 		if g.exact {
 			ms += g.slices
-			cslices += g.cslice
+			cslices += g.cslices
 		} else {
 			ms += max(ceilDiv(g.mem*den, num), 1)
 			cslices += max(ceilDiv(g.comp, 100), 1) // comp is in 1/(100·C): 100 units per compute slice

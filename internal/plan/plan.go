@@ -25,6 +25,8 @@ const DefaultMaxNodes = 256
 // Options configure Make.
 type Options struct {
 	Catalog *catalog.Catalog
+	// Quality tunes the search for a better plan and its proof (quality.go).
+	Quality QualityOptions
 }
 
 // pool is a spec pool resolved against the catalog.
@@ -82,6 +84,11 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 			return nil, err
 		}
 	}
+	// Other orders, local search, bounds and the exact search (quality.go).
+	first, keep, q, err := improve(s, pools, first, reps, opts.Quality)
+	if err != nil {
+		return nil, err
+	}
 	state = first.state
 	for _, a := range first.allocs {
 		r := first.byName[a.Claim]
@@ -91,6 +98,8 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 	p.explainUnplaced(state, pools, first)
 	p.fill(s, pools, state, cat, keep)
 	p.warn(s, pools, state)
+	q.finish(p)
+	p.Quality = q
 	if onPlanned != nil {
 		onPlanned(state, stats)
 	}

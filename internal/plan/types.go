@@ -10,6 +10,8 @@ type Plan struct {
 	Unplaced []Unplaced `json:"unplaced,omitempty"`
 	Cost     Cost       `json:"cost"`
 	Warnings []string   `json:"warnings,omitempty"`
+	// Quality is how good the plan is: GPUs, lower bound, gap (quality.go).
+	Quality *Quality `json:"quality,omitempty"`
 }
 
 // PoolPlan is what one pool needs.
