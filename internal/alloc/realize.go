@@ -100,7 +100,11 @@ func (s *State) Realize(a *Allocation) ([]Change, error) {
 				return nil, fmt.Errorf("claim %s: %w", a.Claim, err)
 			}
 		}
-		if err := do(gi, Change{Kind: CreateInstance, Node: node, GPU: d.GPU, Device: d.Device, Profile: d.Profile, Start: d.Start}); err != nil {
+		create := Change{Kind: CreateInstance, Node: node, GPU: d.GPU, Device: d.Device, Profile: d.Profile, Start: d.Start}
+		// An instance made for a shared claim is made with the sharing it
+		// was decided with (sized for the claims that were to join it).
+		create.Sharing = createdSharing(a, d.Device)
+		if err := do(gi, create); err != nil {
 			return nil, fmt.Errorf("claim %s: %w", a.Claim, err)
 		}
 	}
@@ -110,6 +114,18 @@ func (s *State) Realize(a *Allocation) ([]Change, error) {
 		}
 	}
 	return out, nil
+}
+
+// createdSharing is the sharing a's own changes create the instance id
+// with (nil when a does not create it or gives none).
+func createdSharing(a *Allocation, id string) *Sharing {
+	for _, ch := range a.Changes {
+		if ch.Kind == CreateInstance && ch.Device == id && ch.Sharing != nil {
+			sh := *ch.Sharing
+			return &sh
+		}
+	}
+	return nil
 }
 
 // createdBy reports whether a's own changes create the instance id (an
@@ -151,6 +167,14 @@ func (s *State) Restore(as []*Allocation) (applied map[string]*Allocation, faile
 			}
 		}
 	}
+	created := map[string]Sharing{} // planned instance -> the sharing it was to be made with
+	for _, a := range as {
+		for _, ch := range a.Changes {
+			if _, seen := created[ch.Device]; ch.Kind == CreateInstance && ch.Sharing != nil && !seen {
+				created[ch.Device] = *ch.Sharing
+			}
+		}
+	}
 	configured := map[string]bool{} // devices whose configure change is applied
 	for _, a := range as {
 		rest := *a
@@ -158,6 +182,13 @@ func (s *State) Restore(as []*Allocation) (applied map[string]*Allocation, faile
 		changes, err := s.Realize(&rest)
 		var mine []string
 		if err == nil {
+			// An instance another live claim was to make is made with its
+			// sharing by whichever claim comes first here.
+			for i := range changes {
+				if sh, ok := created[changes[i].Device]; ok && changes[i].Kind == CreateInstance && changes[i].Sharing == nil {
+					changes[i].Sharing = &sh
+				}
+			}
 			for _, d := range a.Devices {
 				ch, ok := configure[d.Device]
 				if !ok || configured[d.Device] || slices.Contains(mine, d.Device) {

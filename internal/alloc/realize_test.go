@@ -192,3 +192,50 @@ func BenchmarkRestore(b *testing.B) {
 		})
 	}
 }
+
+// An instance made for a shared claim is made with the sharing it was
+// decided with. A rebuild before the agent has made it (the instance only
+// planned) must not take the sharing of the fleet as it is now (here the
+// operator restarted serve with other --default-replicas), in whichever
+// order the live claims come.
+func TestRestoreMakesAPlannedInstanceWithItsSharing(t *testing.T) {
+	fleet := Fleet{Policy: Policy{DefaultReplicas: 4}, Nodes: []Node{gpuNode("n0", "A100-40GB", 1, migDynamic)}}
+	s, err := NewState(fleet, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(i int) *Claim {
+		return &Claim{Name: fmt.Sprintf("c%d", i), Tenant: "t", Requests: []Request{{Name: "gpu", Mode: TimeSlice, MemoryMiB: 1000}}}
+	}
+	a := must(t, s, mk(0))
+	var made *Sharing
+	for _, ch := range a.Changes {
+		if ch.Kind == CreateInstance {
+			made = ch.Sharing
+		}
+	}
+	if made == nil || made.Mode != TimeSlice || made.Replicas != 4 {
+		t.Fatalf("want a new instance time-sliced ×4: %+v", a.Changes)
+	}
+	b := must(t, s, mk(1))
+	if b.Devices[0].Device != a.Devices[0].Device {
+		t.Fatalf("second claim on %s, want it to join %s", b.Devices[0].Device, a.Devices[0].Device)
+	}
+	fleet.Policy.DefaultReplicas = 0 // 16
+	for _, order := range [][]*Allocation{{a, b}, {b, a}} {
+		fresh, err := NewState(fleet, nil, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, failed := fresh.Restore(order); len(failed) > 0 {
+			t.Fatalf("%s first: %v", order[0].Claim, failed)
+		}
+		dev := fresh.devs[fresh.byUUID[a.Devices[0].Device]]
+		if dev.sharing != *made {
+			t.Fatalf("%s first: the instance has sharing %+v, it was to be made with %+v", order[0].Claim, dev.sharing, *made)
+		}
+		if err := fresh.Check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
