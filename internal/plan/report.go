@@ -215,7 +215,7 @@ func (p *Plan) warn(s *model.Spec, pools []*pool, state *alloc.State) {
 			p.Warnings = append(p.Warnings, fmt.Sprintf("tenant %s needs %d%% compute, over its quota of %d%%", t.Name, comp, t.ComputePercent))
 		}
 	}
-	if gates := draFeatureGates(p); len(gates) > 0 {
+	if gates := DRAFeatureGates(p); len(gates) > 0 {
 		p.Warnings = append(p.Warnings, fmt.Sprintf("rendered as DRA claims (render --target dra), the time-sliced and MPS devices need NVIDIA's DRA driver feature gate(s) %s: alpha and off in its default Helm values (checked against v25.12.0), and without them the driver rejects the claims' sharing configs", strings.Join(gates, " and ")))
 	}
 	if len(p.Unplaced) > 0 {
@@ -244,10 +244,10 @@ func list(m map[string]bool) string {
 	return strings.Join(out, ", ")
 }
 
-// draFeatureGates names the NVIDIA DRA driver feature gates the plan's
+// DRAFeatureGates names the NVIDIA DRA driver feature gates the plan's
 // shared devices need as DRA claims: TimeSlicingSettings for time-slicing,
 // MPSSupport for MPS (render's dra target says the same in its header).
-func draFeatureGates(p *Plan) []string {
+func DRAFeatureGates(p *Plan) []string {
 	var ts, mps bool
 	for _, pl := range p.Placements {
 		for _, d := range pl.Devices {

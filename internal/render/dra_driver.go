@@ -65,31 +65,11 @@ func RenderWith(target string, s *model.Spec, p *plan.Plan, o Options) ([]byte, 
 	return b.Bytes(), nil
 }
 
-// draFeatureGates lists the NVIDIA DRA driver feature gates the plan's
-// shared devices need when rendered as DRA claims.
-func draFeatureGates(p *plan.Plan) []string {
-	var ts, mps bool
-	for _, pl := range p.Placements {
-		for _, d := range pl.Devices {
-			ts = ts || d.Mode == alloc.TimeSlice
-			mps = mps || d.Mode == alloc.MPS
-		}
-	}
-	var out []string
-	if ts {
-		out = append(out, "TimeSlicingSettings")
-	}
-	if mps {
-		out = append(out, "MPSSupport")
-	}
-	return out
-}
-
 // draHeaderNotes are the dra target's header lines about the driver.
 func draHeaderNotes(p *plan.Plan) []string {
 	notes := []string{"For NVIDIA's DRA driver (checked against " + DRADriverVersion + "). Its Helm chart installs the DeviceClasses",
 		"gpu.nvidia.com and mig.nvidia.com; render --dra-device-classes writes them here too."}
-	if gates := draFeatureGates(p); len(gates) > 0 {
+	if gates := plan.DRAFeatureGates(p); len(gates) > 0 {
 		var set []string
 		for _, g := range gates {
 			set = append(set, g+": true")

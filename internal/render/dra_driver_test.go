@@ -3,6 +3,8 @@ package render
 import (
 	"strings"
 	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/plan"
 )
 
 // Issue #11 item 6: the dra target leaves the DeviceClasses to NVIDIA's
@@ -42,7 +44,7 @@ func TestDRANoGatesWithoutSharing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(draFeatureGates(p)) == 0 && strings.Contains(string(out), "feature gate") {
+	if len(plan.DRAFeatureGates(p)) == 0 && strings.Contains(string(out), "feature gate") {
 		t.Errorf("gates named without shared devices:\n%s", out)
 	}
 }
