@@ -176,3 +176,18 @@ type Error struct {
 	// claim is no longer in the state the transition starts from.
 	State string `json:"state,omitempty"`
 }
+
+// Planned reports whether any device of the claim's allocation is still
+// only planned (a MIG instance the agent has not made yet): a process must
+// wait for its real id before it starts.
+func (c Claim) Planned() bool {
+	if c.Allocation == nil {
+		return false
+	}
+	for _, d := range c.Allocation.Devices {
+		if alloc.IsPlanned(d.Device) {
+			return true
+		}
+	}
+	return false
+}

@@ -185,7 +185,7 @@ released and run fails.`,
 			}
 			// Wait until the agent made the devices real (MIG instances
 			// created and adopted).
-			for planned(claim) {
+			for claim.Planned() {
 				select {
 				case <-ctx.Done():
 					return interrupted(id)
@@ -277,18 +277,6 @@ released and run fails.`,
 	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long, releasing the claim (0 = wait)")
 	f.BoolVar(&waitForNodes, "wait-for-nodes", false, "queue a claim no registered node could ever hold, for nodes that may join (else the server refuses it)")
 	return cmd
-}
-
-func planned(c api.Claim) bool {
-	if c.Allocation == nil {
-		return false
-	}
-	for _, d := range c.Allocation.Devices {
-		if alloc.IsPlanned(d.Device) {
-			return true
-		}
-	}
-	return false
 }
 
 func agentCmd(e *env, c *conn) *cobra.Command {

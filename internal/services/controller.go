@@ -472,7 +472,7 @@ func (c *Controller) runReplica(ctx context.Context, r *replica, spec api.Servic
 		}
 		claim = next
 	}
-	for claim.State == api.Allocated && planned(claim) {
+	for claim.State == api.Allocated && claim.Planned() {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -570,18 +570,6 @@ func (c *Controller) runReplica(ctx context.Context, r *replica, spec api.Servic
 		stopCmd()
 		return nil
 	}
-}
-
-func planned(c api.Claim) bool {
-	if c.Allocation == nil {
-		return false
-	}
-	for _, d := range c.Allocation.Devices {
-		if alloc.IsPlanned(d.Device) {
-			return true
-		}
-	}
-	return false
 }
 
 // freePort asks the kernel for a free port on host.
