@@ -57,7 +57,11 @@ async function api(path) {
   const r = await fetch(path, { headers: { Authorization: "Bearer " + state.token } });
   if (r.status === 401) { signOut("Your token was refused (" + (await errorOf(r)) + "). Sign in again."); throw new Error("unauthorized"); }
   if (!r.ok) throw new Error(path + ": HTTP " + r.status + " " + (await errorOf(r)));
-  return r.json();
+  const body = await r.json();
+  // A list that goes on (X-Next-Cursor) is marked, so a view can say it
+  // shows only the first page.
+  if (Array.isArray(body) && r.headers.get("X-Next-Cursor")) body.more = true;
+  return body;
 }
 async function errorOf(r) {
   try { return (await r.json()).error || r.statusText; } catch (e) { return r.statusText; }
@@ -165,7 +169,7 @@ async function streamEvents() {
 async function refresh() {
   if (!state.token) return;
   const [fleet, dash, claims] = await Promise.all([
-    api("/v1/fleet"), api("/v1/dashboard"), api("/v1/claims?state=pending&state=allocated&state=running&limit=1000")]);
+    api("/v1/fleet"), api("/v1/dashboard"), api("/v1/claims?state=pending&state=allocated&state=running&limit=5000")]);
   state.fleet = fleet; state.dash = dash; state.claims = claims;
   state.refreshes++;
   $("#status").textContent = "Updated " + hhmmss(fleet.time) + " · live";
@@ -290,6 +294,7 @@ function renderClaims() {
       el("td", { text: asks(c) }), el("td", { class: "reason", text: c.reason || "not tried yet" })));
   }
   if (!pending.length) pend.append(el("tr", {}, el("td", { colspan: 5, text: "No claim is waiting." })));
+  if (state.claims.more) pend.append(el("tr", {}, el("td", { colspan: 5, text: "Showing the first " + state.claims.length + " claims; gpuslice claims ls lists them all." })));
   const live = state.claims.filter((c) => c.state !== "pending");
   for (const c of live) {
     const devs = (c.allocation && c.allocation.devices) || [];
