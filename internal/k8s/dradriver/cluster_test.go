@@ -1,0 +1,225 @@
+package dradriver_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+)
+
+// cluster is a real kube-apiserver and the stock kube-scheduler with
+// gpuslice's DeviceClasses.
+type cluster struct {
+	t   *testing.T
+	ctx context.Context
+	cs  *kubernetes.Clientset
+	srv *apitest.Server
+}
+
+func newCluster(t *testing.T) *cluster {
+	srv := apitest.Start(t)
+	sched := apitest.StartScheduler(t, srv, apitest.SchedulerOptions{})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kube-scheduler log:\n%s", sched.Tail(6000))
+		}
+	})
+	cs, err := kubernetes.NewForConfig(srv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	if err := srv.EnsureNamespace(ctx, "team-a"); err != nil {
+		t.Fatal(err)
+	}
+	for class, typ := range map[string]string{"gpu.gpuslice.dev": dradriver.TypeGPU, "mig.gpuslice.dev": dradriver.TypeMIG, "shared.gpuslice.dev": dradriver.TypeShared} {
+		dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Spec: resourceapi.DeviceClassSpec{
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf(
+				`device.driver == %q && device.attributes[%q].type == %q`, dradriver.DriverName, dradriver.DriverName, typ)}}}}}
+		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &cluster{t: t, ctx: ctx, cs: cs, srv: srv}
+}
+
+// addNode creates a ready Node and publishes its GPUs' ResourceSlices.
+func (c *cluster) addNode(name, model string, gpus int) {
+	c.t.Helper()
+	n := alloc.Node{Name: name}
+	for i := range gpus {
+		n.GPUs = append(n.GPUs, alloc.GPU{UUID: fmt.Sprintf("GPU-%s-%d", name, i), Index: i, Model: model, Healthy: true})
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+		Capacity:    corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")},
+		Allocatable: corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")}}}
+	if _, err := c.srv.CreateReadyNode(c.ctx, node); err != nil {
+		c.t.Fatal(err)
+	}
+	slices, err := dradriver.Slices(n, 1, "580.65.06", nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for i := range slices {
+		if _, err := c.cs.ResourceV1().ResourceSlices().Create(c.ctx, &slices[i], metav1.CreateOptions{}); err != nil {
+			c.t.Fatalf("the API server refuses slice %s: %v", slices[i].Name, err)
+		}
+	}
+}
+
+// claimPod creates a ResourceClaim asking class for one device (with the
+// selector and memory given) and a pod that uses it.
+func (c *cluster) claimPod(name, class, selector string, memory string) {
+	c.t.Helper()
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
+	if selector != "" {
+		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}
+	}
+	if memory != "" {
+		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}}
+	}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}}}
+	if _, err := c.cs.ResourceV1().ResourceClaims("team-a").Create(c.ctx, claim, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	cn := name
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"}, Spec: corev1.PodSpec{
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}},
+		Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}}}
+	if _, err := c.cs.CoreV1().Pods("team-a").Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// device waits until the claim is allocated and returns its device, or
+// "" once its pod is reported unschedulable.
+func (c *cluster) device(name string) string {
+	c.t.Helper()
+	for {
+		cl, err := c.cs.ResourceV1().ResourceClaims("team-a").Get(c.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if a := cl.Status.Allocation; a != nil && len(a.Devices.Results) == 1 {
+			return a.Devices.Results[0].Device
+		}
+		p, err := c.cs.CoreV1().Pods("team-a").Get(c.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+				return ""
+			}
+		}
+		select {
+		case <-c.ctx.Done():
+			c.t.Fatalf("claim %s: neither allocated nor unschedulable", name)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// The stock kube-scheduler allocates from gpuslice's slices: the API
+// server accepts them for a DGX A100 (8 GPUs: partitionable devices,
+// counters in slices of their own); on a one-GPU node a 3g.20gb and a
+// 4g.20gb both fit because the small-first, high-start order leaves slice
+// 0 for the 4g (a low-start-first order would put the 3g at 0 and the 4g
+// nowhere); a 1g.5gb beside them is refused, since all 7 compute slices
+// are taken; and the whole GPU is refused while MIG instances hold it.
+func TestStockSchedulerAllocatesValidMIGLayouts(t *testing.T) {
+	c := newCluster(t)
+	c.addNode("dgx", "A100-40GB", 8)
+	c.addNode("one", "A100-40GB", 1)
+	onOne := `device.attributes["gpu.gpuslice.dev"].parentUUID == "GPU-one-0"`
+	c.claimPod("small-first", "mig.gpuslice.dev", onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "3g.20gb"`, "")
+	if d := c.device("small-first"); d != "gpu-0-mig-3g-20gb-at-4" {
+		t.Fatalf("3g.20gb got %q, want the placement at slice 4", d)
+	}
+	c.claimPod("big", "mig.gpuslice.dev", onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "4g.20gb"`, "")
+	if d := c.device("big"); d != "gpu-0-mig-4g-20gb-at-0" {
+		t.Fatalf("4g.20gb got %q", d)
+	}
+	c.claimPod("no-compute-left", "mig.gpuslice.dev", onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
+	if d := c.device("no-compute-left"); d != "" {
+		t.Fatalf("1g.5gb beside 4g+3g got %q; the GPU has no compute slice left", d)
+	}
+	c.claimPod("whole", "gpu.gpuslice.dev", `device.attributes["gpu.gpuslice.dev"].uuid == "GPU-one-0"`, "")
+	if d := c.device("whole"); d != "" {
+		t.Fatalf("the whole GPU was allocated beside MIG instances: %q", d)
+	}
+
+	// Fill one DGX GPU with 1g.5gb instances: seven fit, at seven
+	// different starts, and the eighth is refused.
+	onDGX := `device.attributes["gpu.gpuslice.dev"].parentUUID == "GPU-dgx-3"`
+	starts := map[string]bool{}
+	for i := range 8 {
+		name := fmt.Sprintf("tiny-%d", i)
+		c.claimPod(name, "mig.gpuslice.dev", onDGX+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
+		d := c.device(name)
+		if i == 7 {
+			if d != "" {
+				t.Fatalf("an eighth 1g.5gb got %q", d)
+			}
+			break
+		}
+		if d == "" || starts[d] {
+			t.Fatalf("1g.5gb #%d got %q (have %v)", i, d, starts)
+		}
+		starts[d] = true
+	}
+}
+
+// Claims of three memory sizes share one L4 through consumable capacity
+// (4 + 8 + 10 GiB of the 22.5 GiB the card gives workloads), a fourth of
+// 4 GiB that does not fit what is left is refused, and while the GPU is
+// shared an exclusive claim on it is refused too (the shared device takes
+// the GPU's counter once, however many shares it has).
+func TestStockSchedulerSharesAGPUByMemory(t *testing.T) {
+	c := newCluster(t)
+	c.addNode("l4", "L4", 1)
+	var got []string
+	for _, m := range []string{"4Gi", "8Gi", "10Gi"} {
+		name := "share-" + strings.ToLower(m)
+		c.claimPod(name, "shared.gpuslice.dev", "", m)
+		d := c.device(name)
+		if d == "" {
+			t.Fatalf("%s of shared memory was refused", m)
+		}
+		got = append(got, d)
+	}
+	sort.Strings(got)
+	if got[0] != got[2] || got[0] != "gpu-0-shared" {
+		t.Fatalf("the three shares got %v, want one shared GPU", got)
+	}
+	cl, err := c.cs.ResourceV1().ResourceClaims("team-a").Get(c.ctx, "share-8gi", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cl.Status.Allocation.Devices.Results[0]
+	if used := r.ConsumedCapacity["memory"]; r.ShareID == nil || used.Cmp(resource.MustParse("8Gi")) != 0 {
+		t.Fatalf("share-8gi allocation %+v: want a share id and 8Gi consumed", r)
+	}
+	c.claimPod("too-big", "shared.gpuslice.dev", "", "4Gi")
+	if d := c.device("too-big"); d != "" {
+		t.Fatalf("4Gi more than the L4 has left was allocated on %q", d)
+	}
+	c.claimPod("exclusive", "gpu.gpuslice.dev", "", "")
+	if d := c.device("exclusive"); d != "" {
+		t.Fatalf("the whole GPU was allocated while shared: %q", d)
+	}
+}

@@ -1,0 +1,268 @@
+package dradriver
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/mig"
+)
+
+// DriverName is the DRA driver name gpuslice publishes its devices under.
+const DriverName = "gpu.gpuslice.dev"
+
+// Device types, the value of the "type" attribute.
+const (
+	TypeGPU    = "gpu"    // a whole GPU, exclusive (MIG off)
+	TypeShared = "shared" // a whole GPU shared by several claims (time-slicing or MPS), by memory
+	TypeMIG    = "mig"    // a MIG instance: a profile at a start
+)
+
+// Limits of resource.k8s.io/v1 a slice must keep (the API server
+// refuses more): devices in a slice that consumes counters, counter sets
+// in a slice, counters in a set.
+const (
+	maxDevicesWithCounters = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
+	maxCounterSets         = resourceapi.ResourceSliceMaxCounterSets
+	maxCountersPerSet      = resourceapi.ResourceSliceMaxCountersPerCounterSet
+)
+
+// Counter names of a MIG-capable GPU's counter set. Each memory slice is
+// a counter of 1, so two placements that overlap cannot both be allocated;
+// the other counters carry the count limits NVIDIA's placement rules add
+// (compute slices, instances, instances of one profile, one +me instance).
+// Together they allow exactly the layouts mig.Geometry.CanAdd allows.
+const (
+	counterCompute   = "compute-slices"
+	counterInstances = "instances"
+	counterME        = "media-extensions"
+)
+
+func counterSlice(i int) string      { return fmt.Sprintf("memory-slice-%d", i) }
+func counterProfile(p string) string { return "count-" + dnsPart(p) }
+
+// dnsPart makes a profile name a DNS label part: 1g.5gb+me → 1g-5gb-me.
+func dnsPart(s string) string {
+	return strings.NewReplacer(".", "-", "+", "-").Replace(s)
+}
+
+// Slices is the ResourceSlices gpuslice publishes for one node: one slice
+// of devices per GPU (a MIG-capable GPU has up to a few dozen: every
+// profile at every start, the whole GPU and the shared whole GPU) and the
+// counter sets of the MIG-capable GPUs in slices of their own, eight to a
+// slice, as the API requires. All slices form one pool named after the
+// node, at generation gen.
+//
+// Devices are ordered smallest first, and among placements of one profile
+// the highest start first: the stock allocator takes the first device
+// that fits, and this order keeps the low slices free for the big
+// profiles (KEP-4815's advice, and what gpuslice's own allocator does).
+func Slices(node alloc.Node, gen int64, driverVersion string, cat *catalog.Catalog) ([]resourceapi.ResourceSlice, error) {
+	if cat == nil {
+		cat = catalog.Default()
+	}
+	var devSlices []resourceapi.ResourceSlice
+	var sets []resourceapi.CounterSet
+	for _, g := range node.GPUs {
+		model, err := cat.GPU(g.Model)
+		if err != nil {
+			return nil, fmt.Errorf("node %s GPU %d: %w", node.Name, g.Index, err)
+		}
+		var geo *mig.Geometry
+		if model.MIG != nil {
+			if geo, err = mig.New(model); err != nil {
+				return nil, fmt.Errorf("node %s GPU %d: %w", node.Name, g.Index, err)
+			}
+		}
+		devs, set := gpuDevices(g, model, geo, driverVersion)
+		if len(devs) > maxDevicesWithCounters {
+			return nil, fmt.Errorf("node %s GPU %d: %d devices, a slice holds at most %d", node.Name, g.Index, len(devs), maxDevicesWithCounters)
+		}
+		if set != nil {
+			if len(set.Counters) > maxCountersPerSet {
+				return nil, fmt.Errorf("node %s GPU %d: %d counters, a counter set holds at most %d", node.Name, g.Index, len(set.Counters), maxCountersPerSet)
+			}
+			sets = append(sets, *set)
+		}
+		devSlices = append(devSlices, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: devs}})
+	}
+	var out []resourceapi.ResourceSlice
+	for i := 0; i < len(sets); i += maxCounterSets {
+		out = append(out, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{SharedCounters: sets[i:min(i+maxCounterSets, len(sets))]}})
+	}
+	out = append(out, devSlices...)
+	for i := range out {
+		s := &out[i]
+		s.ObjectMeta = metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", node.Name, strings.ReplaceAll(DriverName, ".", "-"), i),
+			Labels: map[string]string{"gpuslice.dev/node": node.Name}}
+		s.Spec.Driver = DriverName
+		name := node.Name
+		s.Spec.NodeName = &name
+		s.Spec.Pool = resourceapi.ResourcePool{Name: node.Name, Generation: gen, ResourceSliceCount: int64(len(out))}
+	}
+	return out, nil
+}
+
+// gpuDevices is one GPU's devices and, when it has MIG, its counter set.
+func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersion string) ([]resourceapi.Device, *resourceapi.CounterSet) {
+	base := fmt.Sprintf("gpu-%d", g.Index)
+	common := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"index":        intAttr(int64(g.Index)),
+		"productName":  strAttr(productName(model)),
+		"architecture": strAttr(model.Arch),
+		"model":        strAttr(model.ID),
+	}
+	if v, ok := semver(model.ComputeCapability); ok {
+		common["cudaComputeCapability"] = resourceapi.DeviceAttribute{VersionValue: &v}
+	}
+	if v, ok := semver(driverVersion); ok {
+		common["driverVersion"] = resourceapi.DeviceAttribute{VersionValue: &v}
+	}
+	attrs := func(typ string, extra map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+		m := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": strAttr(typ)}
+		for k, v := range common {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	mem := mib(model.MemoryMiB)
+	whole := resourceapi.Device{Name: base, Attributes: attrs(TypeGPU, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"uuid": strAttr(g.UUID)}),
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: mem}}}
+	yes := true
+	step, minShare, def := mib(256), mib(256), mib(model.MemoryMiB/16)
+	def = roundUp(def, 256)
+	shared := resourceapi.Device{Name: base + "-shared", AllowMultipleAllocations: &yes,
+		Attributes: attrs(TypeShared, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"uuid": strAttr(g.UUID)}),
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			// A claim asks for memory (default 1/16 of the GPU, as in serve)
+			// and compute in percent of the GPU (default 0: best effort).
+			"memory": {Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: &def,
+				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &minShare, Max: &mem, Step: &step}}},
+			"compute": {Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptrQ(resource.MustParse("0")),
+				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptrQ(resource.MustParse("0")), Max: ptrQ(resource.MustParse("100"))}}},
+		}}
+	if geo == nil {
+		// Without MIG the whole GPU is either one exclusive claim's or
+		// shared: a counter of 1 makes the two exclusive of each other.
+		set := &resourceapi.CounterSet{Name: base, Counters: map[string]resourceapi.Counter{"gpu": {Value: resource.MustParse("1")}}}
+		use := []resourceapi.DeviceCounterConsumption{{CounterSet: base, Counters: map[string]resourceapi.Counter{"gpu": {Value: resource.MustParse("1")}}}}
+		whole.ConsumesCounters, shared.ConsumesCounters = use, use
+		return []resourceapi.Device{shared, whole}, set
+	}
+	set := &resourceapi.CounterSet{Name: base, Counters: map[string]resourceapi.Counter{
+		counterCompute:   {Value: qty(geo.ComputeSlices)},
+		counterInstances: {Value: qty(geo.MaxInstances)},
+		counterME:        {Value: qty(1)},
+	}}
+	for i := range geo.Slices {
+		set.Counters[counterSlice(i)] = resourceapi.Counter{Value: qty(1)}
+	}
+	for _, s := range geo.Shapes {
+		set.Counters[counterProfile(s.Name)] = resourceapi.Counter{Value: qty(s.MaxCount)}
+	}
+	// The whole GPU (MIG off) takes every slice, all compute and every
+	// instance, so nothing else on the GPU can be allocated beside it.
+	all := map[string]resourceapi.Counter{counterCompute: {Value: qty(geo.ComputeSlices)}, counterInstances: {Value: qty(geo.MaxInstances)}}
+	for i := range geo.Slices {
+		all[counterSlice(i)] = resourceapi.Counter{Value: qty(1)}
+	}
+	whole.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: base, Counters: all}}
+	shared.ConsumesCounters = whole.ConsumesCounters
+	type placed struct {
+		shape *mig.Shape
+		start int
+	}
+	var ps []placed
+	for i := range geo.Shapes {
+		for _, st := range geo.Shapes[i].Starts {
+			ps = append(ps, placed{&geo.Shapes[i], st})
+		}
+	}
+	sort.SliceStable(ps, func(i, j int) bool {
+		a, b := ps[i], ps[j]
+		if a.shape.Size != b.shape.Size {
+			return a.shape.Size < b.shape.Size
+		}
+		if a.shape.Compute != b.shape.Compute {
+			return a.shape.Compute < b.shape.Compute
+		}
+		if a.shape.ME != b.shape.ME {
+			return !a.shape.ME
+		}
+		return a.start > b.start
+	})
+	var devs []resourceapi.Device
+	for _, p := range ps {
+		use := map[string]resourceapi.Counter{
+			counterCompute:               {Value: qty(p.shape.Compute)},
+			counterInstances:             {Value: qty(1)},
+			counterProfile(p.shape.Name): {Value: qty(1)},
+		}
+		for i := p.start; i < p.start+p.shape.Size; i++ {
+			use[counterSlice(i)] = resourceapi.Counter{Value: qty(1)}
+		}
+		if p.shape.ME {
+			use[counterME] = resourceapi.Counter{Value: qty(1)}
+		}
+		devs = append(devs, resourceapi.Device{
+			Name: fmt.Sprintf("%s-mig-%s-at-%d", base, dnsPart(p.shape.Name), p.start),
+			Attributes: attrs(TypeMIG, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"profile":    strAttr(p.shape.Name),
+				"start":      intAttr(int64(p.start)),
+				"parentUUID": strAttr(g.UUID),
+			}),
+			Capacity:         map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: mib(p.shape.MemoryMiB)}},
+			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: base, Counters: use}},
+		})
+	}
+	return append(devs, shared, whole), set
+}
+
+func productName(m *catalog.GPU) string {
+	if len(m.ProductNames) > 0 {
+		return m.ProductNames[0]
+	}
+	return m.Name
+}
+
+// semver turns "8.0" or "580.65.06" into a semantic version the API
+// accepts ("8.0.0", "580.65.6"): three numbers without leading zeros.
+func semver(v string) (string, bool) {
+	if v == "" {
+		return "", false
+	}
+	parts := strings.Split(strings.SplitN(v, "-", 2)[0], ".")
+	for len(parts) < 3 {
+		parts = append(parts, "0")
+	}
+	for i, p := range parts[:3] {
+		n := 0
+		if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n < 0 {
+			return "", false
+		}
+		parts[i] = fmt.Sprint(n)
+	}
+	return strings.Join(parts[:3], "."), true
+}
+
+func strAttr(s string) resourceapi.DeviceAttribute {
+	return resourceapi.DeviceAttribute{StringValue: &s}
+}
+func intAttr(n int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: &n} }
+func qty(n int) resource.Quantity                 { return *resource.NewQuantity(int64(n), resource.DecimalSI) }
+func mib(n int64) resource.Quantity               { return *resource.NewQuantity(n<<20, resource.BinarySI) }
+func ptrQ(q resource.Quantity) *resource.Quantity { return &q }
+
+func roundUp(q resource.Quantity, stepMiB int64) resource.Quantity {
+	m := q.Value() >> 20
+	return mib((m + stepMiB - 1) / stepMiB * stepMiB)
+}
