@@ -99,7 +99,7 @@ func (c *cluster) claimPod(name, class, selector string, memory string) {
 	cn := name
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"}, Spec: corev1.PodSpec{
 		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}},
-		Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}}}
+		Containers:     []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}}}
 	if _, err := c.cs.CoreV1().Pods("team-a").Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
