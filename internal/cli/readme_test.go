@@ -453,6 +453,23 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice bench plan-quality --specs 50         # plan vs first-fit-decreasing heuristics and the lower bound": {
 		want: []string{"HEURISTIC", "ffd-memory", "proved optimal"},
 	},
+	"./gpuslice dra slices --simulate dgx-a100 --node gpu-1 > slices.yaml   # 9 slices: 8 GPUs' devices + their counters": {
+		check: func(w *walk, _ string) error {
+			b, err := os.ReadFile(filepath.Join(w.work, "slices.yaml"))
+			if err != nil {
+				return err
+			}
+			if n := strings.Count(string(b), "kind: ResourceSlice"); n != 9 {
+				return fmt.Errorf("%d ResourceSlices, the README says 9", n)
+			}
+			for _, want := range []string{"driver: gpu.gpuslice.dev", "nodeName: gpu-1", "gpu-7-mig-7g-40gb-at-0", "allowMultipleAllocations: true"} {
+				if !strings.Contains(string(b), want) {
+					return fmt.Errorf("slices.yaml lacks %q", want)
+				}
+			}
+			return nil
+		},
+	},
 	"./gpuslice serve --listen 0.0.0.0:7777 --tls-cert cert.pem --tls-key key.pem": {
 		skip: "needs a certificate of the user's own; TestServeMissingCertificateFails and TestServeSelfSignedTLS cover serve with TLS",
 	},

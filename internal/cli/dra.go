@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuslice/gpuslice/internal/agent"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+)
+
+// draCmd is gpuslice on Kubernetes as a DRA driver: what it publishes.
+func draCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dra",
+		Short: "gpuslice as a Kubernetes DRA driver (" + dradriver.DriverName + ")",
+	}
+	var simulate, node string
+	slices := &cobra.Command{
+		Use:   "slices",
+		Short: "Print the ResourceSlices this host's GPUs are published as",
+		Long: `Prints, as YAML documents, the resource.k8s.io/v1 ResourceSlices the DRA driver
+publishes for this host's GPUs (the real ones through NVML, else simulated):
+every whole GPU, the whole GPU shared by memory (consumable capacity), and
+every MIG profile at every start as partitionable devices whose shared
+counters allow exactly NVIDIA's layouts. The stock kube-scheduler allocates
+from them. The kubelet plugin that prepares the devices is not built yet,
+so pods scheduled on them do not start.`,
+		Example: "  gpuslice dra slices --simulate dgx-a100 --node gpu-1 | kubectl apply -f -",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dev, _, err := openDeviceFor(simulate, node, slog.New(slog.NewTextHandler(e.errOut, nil)))
+			if err != nil {
+				return err
+			}
+			gpus, err := dev.GPUs(cmd.Context())
+			if err != nil {
+				return err
+			}
+			inv, err := agent.Inventory(node, gpus)
+			if err != nil {
+				return err
+			}
+			out, err := dradriver.Slices(inv, 1, dev.Info().DriverVersion, nil)
+			if err != nil {
+				return err
+			}
+			for _, s := range out {
+				s.APIVersion, s.Kind = "resource.k8s.io/v1", "ResourceSlice"
+				b, err := yaml.Marshal(s)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.out, "---\n%s", b)
+			}
+			return nil
+		},
+	}
+	host, _ := os.Hostname()
+	slices.Flags().StringVar(&simulate, "simulate", "", "a simulated machine (preset or YAML file) instead of the real GPUs")
+	slices.Flags().StringVar(&node, "node", host, "the Kubernetes node name the slices are for")
+	cmd.AddCommand(slices)
+	return cmd
+}
