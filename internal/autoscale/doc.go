@@ -12,7 +12,11 @@
 // service drops to zero after a down period with no request at all, and
 // wakes when a request waits.
 //
-// Node pools (PlanNodes): the claims that are pending for lack of capacity
-// are placed with the real allocator on the current fleet plus candidate
-// nodes of each pool; the cheapest pool that places all of them wins.
+// Node pools (PlanNodes): the claims pending for lack of capacity are
+// planned with the real allocator (plan.Make) on new nodes of each pool
+// alone; the cheapest pool that places all of them wins, and when none
+// can, the pools grow together as the planner places them. Nodes empty for
+// their pool's TTL go, never below the pool's warm minimum. Each answer
+// says what a whole-GPU autoscaler would have bought instead. Executing
+// the decisions (a provider) is not built yet.
 package autoscale

@@ -1,0 +1,284 @@
+package autoscale
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/model"
+	"github.com/gpuslice/gpuslice/internal/plan"
+)
+
+// DefaultEmptyTTL is how long a node stays empty before it is removed
+// when its pool sets no TTL.
+const DefaultEmptyTTL = 5 * time.Minute
+
+// NodePool is a pool the autoscaler may grow or shrink.
+type NodePool struct {
+	// Pool is how its nodes are set up (instance type, sharing, MIG);
+	// Pool.MaxNodes bounds it (0: no bound).
+	Pool model.Pool
+	// Nodes is how many nodes it has now.
+	Nodes int
+	// MinNodes (compose minimumNodesInPool) are kept warm, empty or not.
+	MinNodes int
+	// EmptyTTL is how long a node stays empty before it goes
+	// (0: DefaultEmptyTTL).
+	EmptyTTL time.Duration
+}
+
+// PoolNode is one node of a pool as the autoscaler sees it.
+type PoolNode struct {
+	Name, Pool string
+	// EmptySince is when its last claim left; zero while it holds one.
+	EmptySince time.Time
+}
+
+// Growth is nodes to add to one pool.
+type Growth struct {
+	Pool         string  `json:"pool"`
+	InstanceType string  `json:"instanceType"`
+	Nodes        int     `json:"nodes"`
+	GPUs         int     `json:"gpus"`
+	CostPerHour  float64 `json:"costPerHour"`
+}
+
+// Removal is a node to take away, with why.
+type Removal struct {
+	Node   string `json:"node"`
+	Pool   string `json:"pool"`
+	Reason string `json:"reason"`
+}
+
+// WholeGPUs is what an autoscaler that counts whole GPUs would buy for
+// the same pending claims: a GPU per requested device, on the instance
+// type gpuslice chose.
+type WholeGPUs struct {
+	InstanceType string  `json:"instanceType"`
+	GPUs         int     `json:"gpus"`
+	Nodes        int     `json:"nodes"`
+	CostPerHour  float64 `json:"costPerHour"`
+}
+
+// NodePlan is what PlanNodes decided, with its reasons.
+type NodePlan struct {
+	Grow   []Growth  `json:"grow,omitempty"`
+	Remove []Removal `json:"remove,omitempty"`
+	// Unplaced lists pending claims no pool can take, with why.
+	Unplaced []string `json:"unplaced,omitempty"`
+	// WholeGPU is the comparison (nil when nothing is bought).
+	WholeGPU *WholeGPUs `json:"wholeGPU,omitempty"`
+	Reasons  []string   `json:"reasons"`
+}
+
+// PlanNodes decides which pools to grow for the claims pending for lack
+// of capacity and which empty nodes to remove, counting slices: the
+// pending claims are planned with the real allocator (plan.Make, the
+// planner's search included) on new nodes of each pool alone, and the
+// pool that places them all at the lowest cost per hour wins (fewer GPUs
+// on a tie); when no pool alone can, every pool is grown together as the
+// planner decides. A node empty for its pool's TTL is removed, never below
+// the pool's MinNodes and never in a pool being grown. It reads no clock:
+// now is given.
+func PlanNodes(pools []NodePool, pending []alloc.Claim, nodes []PoolNode, now time.Time, cat *catalog.Catalog) (NodePlan, error) {
+	if cat == nil {
+		cat = catalog.Default()
+	}
+	var np NodePlan
+	grown := map[string]bool{}
+	if len(pending) > 0 {
+		if err := np.grow(pools, pending, cat); err != nil {
+			return NodePlan{}, err
+		}
+		for _, g := range np.Grow {
+			grown[g.Pool] = true
+		}
+	} else {
+		np.Reasons = append(np.Reasons, "no claim is pending: no node to add")
+	}
+	np.shrink(pools, nodes, now, grown)
+	return np, nil
+}
+
+// candidate is one way to place the pending claims: a plan on new nodes.
+type candidate struct {
+	grow     []Growth
+	cost     float64
+	gpus     int
+	unplaced []plan.Unplaced
+}
+
+func (np *NodePlan) grow(pools []NodePool, pending []alloc.Claim, cat *catalog.Catalog) error {
+	var best *candidate
+	bestPool := ""
+	var tried []string
+	for i := range pools {
+		if room(pools[i]) == 0 {
+			tried = append(tried, fmt.Sprintf("%s: at its maxNodes (%d)", pools[i].Pool.Name, pools[i].Pool.MaxNodes))
+			continue
+		}
+		c, err := place([]NodePool{pools[i]}, pending, cat)
+		if err != nil {
+			return err
+		}
+		if len(c.unplaced) > 0 {
+			tried = append(tried, fmt.Sprintf("%s: %d of %d pending claims would not fit (%s)", pools[i].Pool.Name,
+				len(c.unplaced), len(pending), firstReason(c.unplaced)))
+			continue
+		}
+		tried = append(tried, fmt.Sprintf("%s: %d node(s), %d GPU(s), $%.2f/h", pools[i].Pool.Name, c.grow[0].Nodes, c.gpus, c.cost))
+		if best == nil || c.cost < best.cost || (c.cost == best.cost && c.gpus < best.gpus) {
+			best, bestPool = c, pools[i].Pool.Name
+		}
+	}
+	if best != nil {
+		np.Reasons = append(np.Reasons, fmt.Sprintf("%d pending claim(s) fit on new nodes of pool %s, the cheapest of the pools that place them all (%s)",
+			len(pending), bestPool, strings.Join(tried, "; ")))
+	} else {
+		c, err := place(pools, pending, cat)
+		if err != nil {
+			return err
+		}
+		best = c
+		np.Reasons = append(np.Reasons, fmt.Sprintf("no pool alone places all %d pending claims (%s): grown together as the planner places them",
+			len(pending), strings.Join(tried, "; ")))
+		for _, u := range c.unplaced {
+			np.Unplaced = append(np.Unplaced, u.Workload+": "+u.Reason)
+		}
+	}
+	np.Grow = best.grow
+	// What a whole-GPU autoscaler buys: a GPU per requested device.
+	if len(np.Grow) > 0 {
+		g := np.Grow[0]
+		it, err := cat.InstanceType(g.InstanceType)
+		if err == nil && it.GPUCount > 0 {
+			want := 0
+			for _, c := range pending {
+				for _, r := range c.Requests {
+					want += max(r.Count, 1)
+				}
+			}
+			n := (want + it.GPUCount - 1) / it.GPUCount
+			np.WholeGPU = &WholeGPUs{InstanceType: it.Name, GPUs: n * it.GPUCount, Nodes: n, CostPerHour: float64(n) * price(it)}
+		}
+	}
+	return nil
+}
+
+// place plans the pending claims on new nodes of pools (each sized as
+// needed up to its room) with the planner.
+func place(pools []NodePool, pending []alloc.Claim, cat *catalog.Catalog) (*candidate, error) {
+	s := &model.Spec{}
+	for _, p := range pools {
+		r := room(p)
+		if r == 0 {
+			continue // at its maxNodes: no new node
+		}
+		sp := p.Pool
+		sp.Nodes = 0
+		sp.MaxNodes = max(r, 0) // 0: as many as needed
+		s.Pools = append(s.Pools, sp)
+	}
+	if len(s.Pools) == 0 {
+		c := &candidate{}
+		for _, cl := range pending {
+			c.unplaced = append(c.unplaced, plan.Unplaced{Workload: cl.Name, Reason: "every pool is at its maxNodes"})
+		}
+		return c, nil
+	}
+	tenants := map[string]bool{}
+	for _, c := range pending {
+		if !tenants[c.Tenant] {
+			tenants[c.Tenant] = true
+			s.Tenants = append(s.Tenants, model.Tenant{Name: c.Tenant})
+		}
+		s.Workloads = append(s.Workloads, model.Workload{Name: c.Name, Tenant: c.Tenant, Replicas: 1, Isolation: c.Isolation,
+			Priority: c.Priority, Requests: slices.Clone(c.Requests), Constraints: slices.Clone(c.Constraints)})
+	}
+	p, err := plan.Make(s, plan.Options{Catalog: cat})
+	if err != nil {
+		return nil, fmt.Errorf("planning the pending claims: %w", err)
+	}
+	c := &candidate{unplaced: p.Unplaced}
+	for _, pp := range p.Pools {
+		if pp.Nodes == 0 {
+			continue
+		}
+		it, err := cat.InstanceType(pp.InstanceType)
+		cost := math.Inf(1)
+		if err == nil {
+			cost = float64(pp.Nodes) * price(it)
+		}
+		c.grow = append(c.grow, Growth{Pool: pp.Name, InstanceType: pp.InstanceType, Nodes: pp.Nodes, GPUs: pp.Nodes * pp.GPUsPerNode, CostPerHour: cost})
+		c.cost += cost
+		c.gpus += pp.Nodes * pp.GPUsPerNode
+	}
+	return c, nil
+}
+
+// room is how many nodes a pool may still add (-1: no bound).
+func room(p NodePool) int {
+	if p.Pool.MaxNodes <= 0 {
+		return -1
+	}
+	return max(p.Pool.MaxNodes-p.Nodes, 0)
+}
+
+func price(it *catalog.InstanceType) float64 {
+	if it.Price == nil {
+		return math.Inf(1) // unknown price: chosen last
+	}
+	return it.Price.USDPerHour
+}
+
+func firstReason(us []plan.Unplaced) string {
+	r := us[0].Reason
+	if i := strings.Index(r, "; it asks for"); i > 0 {
+		r = r[:i]
+	}
+	return r
+}
+
+// shrink removes nodes empty for their pool's TTL, oldest first, keeping
+// MinNodes per pool and every node of a pool being grown.
+func (np *NodePlan) shrink(pools []NodePool, nodes []PoolNode, now time.Time, grown map[string]bool) {
+	byPool := map[string]*NodePool{}
+	for i := range pools {
+		byPool[pools[i].Pool.Name] = &pools[i]
+	}
+	empty := slices.Clone(nodes)
+	sort.SliceStable(empty, func(i, j int) bool { return empty[i].EmptySince.Before(empty[j].EmptySince) })
+	left := map[string]int{}
+	for i := range pools {
+		left[pools[i].Pool.Name] = pools[i].Nodes
+	}
+	for _, n := range empty {
+		p := byPool[n.Pool]
+		if p == nil || n.EmptySince.IsZero() {
+			continue
+		}
+		ttl := p.EmptyTTL
+		if ttl <= 0 {
+			ttl = DefaultEmptyTTL
+		}
+		idle := now.Sub(n.EmptySince)
+		switch {
+		case idle < ttl:
+			continue
+		case grown[n.Pool]:
+			np.Reasons = append(np.Reasons, fmt.Sprintf("node %s is empty but pool %s is being grown: kept", n.Name, n.Pool))
+		case left[n.Pool] <= p.MinNodes:
+			np.Reasons = append(np.Reasons, fmt.Sprintf("node %s is empty (%s) but pool %s keeps %d warm (minimumNodesInPool): kept",
+				n.Name, idle.Round(time.Second), n.Pool, p.MinNodes))
+		default:
+			left[n.Pool]--
+			np.Remove = append(np.Remove, Removal{Node: n.Name, Pool: n.Pool,
+				Reason: fmt.Sprintf("empty for %s, past the pool's %s", idle.Round(time.Second), ttl)})
+		}
+	}
+}
