@@ -185,7 +185,7 @@ func TestStockSchedulerAllocatesValidMIGLayouts(t *testing.T) {
 }
 
 // Claims of three memory sizes share one L4 through consumable capacity
-// (4 + 8 + 10 GiB of the 22.5 GiB the card gives workloads), a fourth of
+// (4 + 8 + 10 GiB of its 24 GiB), a fourth of
 // 4 GiB that does not fit what is left is refused, and while the GPU is
 // shared an exclusive claim on it is refused too (the shared device takes
 // the GPU's counter once, however many shares it has).

@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuslice/gpuslice/internal/autoscale"
+)
+
+func benchNodesCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "nodes",
+		Short: "Nodes and $/h the node autoscaler buys for pending claims, counting slices vs whole GPUs",
+		Long: `For each mix of pending claims (autoscale.NodeMixes) runs the node autoscaler's
+decision (autoscale.PlanNodes: the real allocator on new nodes of each pool, cheapest pool
+that places them all) and prints what it buys next to what an autoscaler that counts whole
+GPUs (one GPU per requested device, on the same instance type) would buy.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t := &table{header: []string{"PENDING", "CLAIMS", "POOL", "NODES", "GPUS", "$/H", "WHOLE-GPU NODES", "WHOLE-GPU $/H", "SAVED"}}
+			for _, m := range autoscale.NodeMixes() {
+				np, err := autoscale.PlanNodes(m.Pools, m.Pending, nil, time.Time{}, nil)
+				if err != nil {
+					return err
+				}
+				pool, nodes, gpus, cost := "-", 0, 0, 0.0
+				for _, g := range np.Grow {
+					pool, nodes, gpus, cost = g.Pool, nodes+g.Nodes, gpus+g.GPUs, cost+g.CostPerHour
+				}
+				wn, wc, saved := "-", "-", "-"
+				if w := np.WholeGPU; w != nil {
+					wn, wc = fmt.Sprint(w.Nodes), fmt.Sprintf("%.2f", w.CostPerHour)
+					if w.CostPerHour > 0 {
+						saved = fmt.Sprintf("%.0f%%", 100*(1-cost/w.CostPerHour))
+					}
+				}
+				t.rows = append(t.rows, []string{m.Name, fmt.Sprint(len(m.Pending)), pool, fmt.Sprint(nodes), fmt.Sprint(gpus),
+					fmt.Sprintf("%.2f", cost), wn, wc, saved})
+			}
+			return e.render(t, nil)
+		},
+	}
+}
