@@ -470,6 +470,9 @@ var readmeSteps = map[string]readmeStep{
 			return nil
 		},
 	},
+	"./gpuslice bench nodes                                    # nodes and $/h: counting slices vs whole GPUs": {
+		want: []string{"WHOLE-GPU NODES", "4 notebooks, 4 GiB time-sliced", "75%"},
+	},
 	"./gpuslice serve --listen 0.0.0.0:7777 --tls-cert cert.pem --tls-key key.pem": {
 		skip: "needs a certificate of the user's own; TestServeMissingCertificateFails and TestServeSelfSignedTLS cover serve with TLS",
 	},
