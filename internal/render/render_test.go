@@ -10,6 +10,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/plan"
 	"github.com/gpuslice/gpuslice/internal/spec"
+	"sigs.k8s.io/yaml"
 )
 
 // planFor reads a spec file and plans it.
@@ -171,6 +172,67 @@ func TestKarpenterSaysWhyAPoolHasNoNodePool(t *testing.T) {
 		t.Fatalf("render:\n%s", out)
 	}
 	if w := Warnings("karpenter", s, p); len(w) != 1 || !strings.Contains(w[0], "pool local") {
+		t.Fatalf("warnings %q", w)
+	}
+}
+
+// The hpa target writes an autoscaling/v2 HorizontalPodAutoscaler per
+// workload with compose autoscaling, aimed at its Deployment: the compose
+// bounds, one pod per period each way with the compose minutes as the
+// stabilization windows, the over-utilized threshold as the target, and a
+// warning for what an HPA cannot do (scale to zero).
+func TestHPAFromComposeAutoscaling(t *testing.T) {
+	s, p := planFor(t, "../../examples/compose-timeslicing.yaml")
+	out, err := Render("hpa", s, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hpa struct {
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Metadata   map[string]any `json:"metadata"`
+		Spec       struct {
+			ScaleTargetRef struct{ APIVersion, Kind, Name string } `json:"scaleTargetRef"`
+			MinReplicas    int                                     `json:"minReplicas"`
+			MaxReplicas    int                                     `json:"maxReplicas"`
+			Metrics        []struct {
+				Type string `json:"type"`
+				Pods struct {
+					Metric struct{ Name string } `json:"metric"`
+					Target struct {
+						Type         string `json:"type"`
+						AverageValue string `json:"averageValue"`
+					} `json:"target"`
+				} `json:"pods"`
+			} `json:"metrics"`
+			Behavior struct {
+				ScaleUp, ScaleDown struct {
+					Select   string `json:"selectPolicy"`
+					Window   int    `json:"stabilizationWindowSeconds"`
+					Policies []struct {
+						Type          string `json:"type"`
+						Value         int    `json:"value"`
+						PeriodSeconds int    `json:"periodSeconds"`
+					} `json:"policies"`
+				}
+			} `json:"behavior"`
+		} `json:"spec"`
+	}
+	docs := strings.Split(string(out), "\n---\n")
+	if len(docs) != 2 {
+		t.Fatalf("want a header and one HPA:\n%s", out)
+	}
+	if err := yaml.UnmarshalStrict([]byte(docs[1]), &hpa); err != nil {
+		t.Fatal(err)
+	}
+	sp := hpa.Spec
+	if hpa.Kind != "HorizontalPodAutoscaler" || sp.ScaleTargetRef.Kind != "Deployment" || sp.ScaleTargetRef.Name != "gpuinfo" ||
+		sp.MinReplicas != 1 || sp.MaxReplicas != 3 || sp.Metrics[0].Pods.Metric.Name != HPAMetric || sp.Metrics[0].Pods.Target.AverageValue != "800m" ||
+		sp.Behavior.ScaleUp.Window != 180 || sp.Behavior.ScaleDown.Window != 120 ||
+		sp.Behavior.ScaleUp.Policies[0].Value != 1 || sp.Behavior.ScaleDown.Policies[0].PeriodSeconds != 120 {
+		t.Fatalf("HPA %+v\n%s", sp, out)
+	}
+	if w := Warnings("hpa", s, p); len(w) == 0 || !strings.Contains(w[0], "scale to zero") {
 		t.Fatalf("warnings %q", w)
 	}
 }

@@ -144,6 +144,7 @@ var checkers = map[string]func(t *testing.T, out []byte){
 	"dra":                  checkDRA,
 	"kubernetes":           checkKubernetes,
 	"karpenter":            checkKarpenter,
+	"hpa":                  checkHPA,
 }
 
 // TestEveryRenderParses renders every input with every target and parses

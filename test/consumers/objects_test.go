@@ -7,6 +7,7 @@ import (
 
 	mpv1 "github.com/NVIDIA/mig-parted/api/spec/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -87,6 +88,22 @@ func checkKubernetes(t *testing.T, out []byte) {
 			}
 		default:
 			t.Errorf("unexpected %T", o)
+		}
+	}
+}
+
+// checkHPA: autoscaling/v2 HorizontalPodAutoscalers, strictly decoded,
+// aimed at a Deployment, with sane bounds and one Pods metric.
+func checkHPA(t *testing.T, out []byte) {
+	for _, doc := range documents(out) {
+		h, ok := decodeAny(t, doc).(*autoscalingv2.HorizontalPodAutoscaler)
+		if !ok {
+			t.Errorf("not a HorizontalPodAutoscaler:\n%s", doc)
+			continue
+		}
+		if h.Spec.ScaleTargetRef.Kind != "Deployment" || h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 1 ||
+			h.Spec.MaxReplicas < *h.Spec.MinReplicas || len(h.Spec.Metrics) != 1 || h.Spec.Metrics[0].Pods == nil {
+			t.Errorf("HPA %s: %+v", h.Name, h.Spec)
 		}
 	}
 }
