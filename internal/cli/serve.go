@@ -22,6 +22,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/agent/watchdog"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/autoscale"
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/datadir"
 	"github.com/gpuslice/gpuslice/internal/gpu"
@@ -139,7 +140,8 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func serveCmd(e *env) *cobra.Command {
 	var listen, dataDir, storeKind, simulate, nodeName, tlsCert, tlsKey, placement, cdiDir string
-	var nodeTimeout, reserveAfter time.Duration
+	var nodeTimeout, reserveAfter, nodeTTL, nodeInterval time.Duration
+	var nodePools string
 	var maxQueued, defReplicas int
 	var noAgent, modeSwitch, selfSigned bool
 	cmd := &cobra.Command{
@@ -254,6 +256,18 @@ exists it refuses a database that is missing or empty instead of starting afresh
 					return err
 				}
 			}
+			if nodePools != "" {
+				if !dev.Info().Simulated {
+					return fmt.Errorf("--node-pools: only simulated nodes can be made yet (no cloud provider is built); run on simulated GPUs (--simulate)")
+				}
+				pools, err := readNodePools(nodePools, nodeTTL)
+				if err != nil {
+					return err
+				}
+				if err := startNodePools(ctx, srv, store, dataDir, pools, nodeInterval, log); err != nil {
+					return err
+				}
+			}
 			hs := srv.NewHTTPServer(listen)
 			scheme := "http"
 			if tlsConf != nil {
@@ -298,6 +312,9 @@ exists it refuses a database that is missing or empty instead of starting afresh
 	cmd.Flags().StringVar(&tlsKey, "tls-key", "", "and this key")
 	cmd.Flags().BoolVar(&selfSigned, "tls-self-signed", false, "serve HTTPS with a self-signed certificate kept in the data directory (made on first use); clients pass it as --ca")
 	cmd.Flags().StringVar(&placement, "placement", "binpack", "binpack or spread")
+	cmd.Flags().StringVar(&nodePools, "node-pools", "", "a gpuslice spec whose pools the node autoscaler grows for pending claims and shrinks when empty (simulated nodes)")
+	cmd.Flags().DurationVar(&nodeTTL, "node-ttl", autoscale.DefaultEmptyTTL, "how long a node of --node-pools stays empty before it is removed")
+	cmd.Flags().DurationVar(&nodeInterval, "node-interval", 15*time.Second, "how often the node autoscaler decides")
 	cmd.Flags().IntVar(&defReplicas, "default-replicas", alloc.DefaultReplicas,
 		"time-slicing replicas of a device the allocator sets up; a shared claim with no memory is promised the GPU's memory divided by this")
 	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 30*time.Second, "mark a node lost after this long without a heartbeat")

@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+)
+
+// serve --node-pools with no node of its own: a claim that waits for
+// nodes (a MIG profile) makes the node autoscaler buy a node of the
+// cheapest pool that holds it (the A100 pool, not the cheaper T4 or L4
+// ones); the simulated node joins and the claim gets a real MIG instance
+// on it.
+func TestServeNodePoolsBuysANodeForAPendingClaim(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns servers")
+	}
+	pools, err := filepath.Abs("../../examples/nodepools/pools.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, addr, _, _, logs := serveUp(t, "--no-agent", "--node-pools", pools, "--node-interval", "200ms", "--simulate", "dgx-a100")
+	admin := adminToken(t, dir)
+	req := map[string]any{"tenant": "default", "waitForNodes": true,
+		"requests": []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: "3g.20gb"}}}
+	var c api.Claim
+	if code, err := apiCall(addr, admin, "POST", "/v1/claims", req, &c); err != nil || code != 201 {
+		t.Fatalf("create: %d %v", code, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); c.Allocation == nil || alloc.IsPlanned(c.Allocation.Devices[0].Device); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("claim never placed on a real instance: %+v\nserve:\n%s", c, logs.String())
+		}
+		if _, err := apiCall(addr, admin, "GET", "/v1/claims/"+c.ID, nil, &c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := c.Allocation.Devices[0]; d.Node != "a100-0" || !strings.HasPrefix(d.Device, "MIG-") || d.Profile != "3g.20gb" {
+		t.Fatalf("allocation %+v", d)
+	}
+	if !strings.Contains(logs.String(), "node added") || !strings.Contains(logs.String(), "pool=a100") {
+		t.Fatalf("serve did not log the node it added:\n%s", logs.String())
+	}
+}

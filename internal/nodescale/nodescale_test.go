@@ -1,0 +1,119 @@
+package nodescale
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/autoscale"
+	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/model"
+	"github.com/gpuslice/gpuslice/internal/server"
+	"github.com/gpuslice/gpuslice/internal/state"
+)
+
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// A real server with no node: four time-sliced claims wait for nodes; a
+// step buys one L4 node (not four, not a T4: the claims need 5 GiB each
+// and a T4 holds three), the simulated node joins and takes all four;
+// once they are released and the node has been empty past its pool's TTL,
+// the next step removes it, and a step in between keeps it.
+func TestPendingClaimsBuyANodeAndAnEmptyOneGoes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := server.New(ctx, server.Config{Store: state.NewMemory(), Simulated: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Run(ctx)
+	if err := srv.EnsureTenant(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	adminTok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := client.New(hs.URL, adminTok.Secret, hs.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := &SimProvider{Admin: admin, Interval: 50 * time.Millisecond,
+		Connect: func(tok string) (*client.Client, error) { return client.New(hs.URL, tok, hs.Client()) }}
+	defer prov.Close()
+	clock := &fakeClock{now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	ctl := &Controller{Client: admin, Provider: prov, Clock: clock.Now, Pools: []autoscale.NodePool{
+		{Pool: model.Pool{Name: "t4", InstanceType: "g4dn.xlarge", Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}}},
+		{Pool: model.Pool{Name: "l4", InstanceType: "g6.xlarge", Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}}, EmptyTTL: 10 * time.Minute},
+	}}
+
+	var ids []string
+	for range 4 {
+		c, err := admin.CreateClaim(ctx, "default", api.ClaimSpec{WaitForNodes: true,
+			Requests: []alloc.Request{{Name: "gpu", Mode: alloc.TimeSlice, MemoryMiB: 5120}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	np, err := ctl.Step(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(np.Grow) != 1 || np.Grow[0].Pool != "l4" || np.Grow[0].Nodes != 1 || np.WholeGPU == nil || np.WholeGPU.Nodes != 4 {
+		t.Fatalf("decision %+v", np)
+	}
+	// The new node joins and the four claims land on its one GPU.
+	for _, id := range ids {
+		c, err := admin.Claim(ctx, id, api.Pending, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.State != api.Allocated || c.Allocation.Devices[0].Node != "l4-0" {
+			t.Fatalf("claim %s: %s %+v (%s)", id, c.State, c.Allocation, c.Reason)
+		}
+	}
+	if np, err = ctl.Step(ctx); err != nil || len(np.Grow)+len(np.Remove) != 0 {
+		t.Fatalf("with nothing pending and the node busy: %+v %v", np, err)
+	}
+	for _, id := range ids {
+		if _, err := admin.Release(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if np, err = ctl.Step(ctx); err != nil || len(np.Remove) != 0 { // empty from now
+		t.Fatalf("just emptied: %+v %v", np, err)
+	}
+	clock.Add(9 * time.Minute)
+	if np, err = ctl.Step(ctx); err != nil || len(np.Remove) != 0 {
+		t.Fatalf("empty for 9 of 10 minutes: %+v %v", np, err)
+	}
+	clock.Add(2 * time.Minute)
+	np, err = ctl.Step(ctx)
+	if err != nil || len(np.Remove) != 1 || np.Remove[0].Node != "l4-0" {
+		t.Fatalf("empty past the TTL: %+v %v", np, err)
+	}
+	nodes, err := client.ListAll[api.Node](ctx, admin, "/v1/nodes")
+	if err != nil || len(nodes) != 0 {
+		t.Fatalf("nodes after removal: %+v %v", nodes, err)
+	}
+}
