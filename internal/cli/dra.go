@@ -62,6 +62,21 @@ so pods scheduled on them do not start.`,
 	host, _ := os.Hostname()
 	slices.Flags().StringVar(&simulate, "simulate", "", "a simulated machine (preset or YAML file) instead of the real GPUs")
 	slices.Flags().StringVar(&node, "node", host, "the Kubernetes node name the slices are for")
-	cmd.AddCommand(slices)
+	classes := &cobra.Command{
+		Use:   "classes",
+		Short: "Print the DeviceClasses claims name: " + dradriver.ClassGPU + " (also nvidia.com/gpu), " + dradriver.ClassShared + ", " + dradriver.ClassMIG,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, c := range dradriver.DeviceClasses() {
+				b, err := yaml.Marshal(c)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.out, "---\n%s", b)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(slices, classes)
 	return cmd
 }

@@ -473,6 +473,20 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice bench nodes                                    # nodes and $/h: counting slices vs whole GPUs": {
 		want: []string{"WHOLE-GPU NODES", "4 notebooks, 4 GiB time-sliced", "75%"},
 	},
+	"./gpuslice dra classes > classes.yaml                                  # gpu. shared. mig.gpuslice.dev": {
+		check: func(w *walk, _ string) error {
+			b, err := os.ReadFile(filepath.Join(w.work, "classes.yaml"))
+			if err != nil {
+				return err
+			}
+			for _, want := range []string{"name: gpu.gpuslice.dev", "name: shared.gpuslice.dev", "name: mig.gpuslice.dev", "extendedResourceName: nvidia.com/gpu"} {
+				if !strings.Contains(string(b), want) {
+					return fmt.Errorf("classes.yaml lacks %q", want)
+				}
+			}
+			return nil
+		},
+	},
 	"./gpuslice serve --listen 0.0.0.0:7777 --tls-cert cert.pem --tls-key key.pem": {
 		skip: "needs a certificate of the user's own; TestServeMissingCertificateFails and TestServeSelfSignedTLS cover serve with TLS",
 	},

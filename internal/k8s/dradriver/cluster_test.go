@@ -45,11 +45,8 @@ func newCluster(t *testing.T) *cluster {
 	if err := srv.EnsureNamespace(ctx, "team-a"); err != nil {
 		t.Fatal(err)
 	}
-	for class, typ := range map[string]string{"gpu.gpuslice.dev": dradriver.TypeGPU, "mig.gpuslice.dev": dradriver.TypeMIG, "shared.gpuslice.dev": dradriver.TypeShared} {
-		dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Spec: resourceapi.DeviceClassSpec{
-			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf(
-				`device.driver == %q && device.attributes[%q].type == %q`, dradriver.DriverName, dradriver.DriverName, typ)}}}}}
-		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
+	for _, dc := range dradriver.DeviceClasses() {
+		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -146,19 +143,19 @@ func TestStockSchedulerAllocatesValidMIGLayouts(t *testing.T) {
 	c.addNode("dgx", "A100-40GB", 8)
 	c.addNode("one", "A100-40GB", 1)
 	onOne := `device.attributes["gpu.gpuslice.dev"].parentUUID == "GPU-one-0"`
-	c.claimPod("small-first", "mig.gpuslice.dev", onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "3g.20gb"`, "")
+	c.claimPod("small-first", dradriver.ClassMIG, onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "3g.20gb"`, "")
 	if d := c.device("small-first"); d != "gpu-0-mig-3g-20gb-at-4" {
 		t.Fatalf("3g.20gb got %q, want the placement at slice 4", d)
 	}
-	c.claimPod("big", "mig.gpuslice.dev", onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "4g.20gb"`, "")
+	c.claimPod("big", dradriver.ClassMIG, onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "4g.20gb"`, "")
 	if d := c.device("big"); d != "gpu-0-mig-4g-20gb-at-0" {
 		t.Fatalf("4g.20gb got %q", d)
 	}
-	c.claimPod("no-compute-left", "mig.gpuslice.dev", onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
+	c.claimPod("no-compute-left", dradriver.ClassMIG, onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
 	if d := c.device("no-compute-left"); d != "" {
 		t.Fatalf("1g.5gb beside 4g+3g got %q; the GPU has no compute slice left", d)
 	}
-	c.claimPod("whole", "gpu.gpuslice.dev", `device.attributes["gpu.gpuslice.dev"].uuid == "GPU-one-0"`, "")
+	c.claimPod("whole", dradriver.ClassGPU, `device.attributes["gpu.gpuslice.dev"].uuid == "GPU-one-0"`, "")
 	if d := c.device("whole"); d != "" {
 		t.Fatalf("the whole GPU was allocated beside MIG instances: %q", d)
 	}
@@ -169,7 +166,7 @@ func TestStockSchedulerAllocatesValidMIGLayouts(t *testing.T) {
 	starts := map[string]bool{}
 	for i := range 8 {
 		name := fmt.Sprintf("tiny-%d", i)
-		c.claimPod(name, "mig.gpuslice.dev", onDGX+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
+		c.claimPod(name, dradriver.ClassMIG, onDGX+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
 		d := c.device(name)
 		if i == 7 {
 			if d != "" {
@@ -195,7 +192,7 @@ func TestStockSchedulerSharesAGPUByMemory(t *testing.T) {
 	var got []string
 	for _, m := range []string{"4Gi", "8Gi", "10Gi"} {
 		name := "share-" + strings.ToLower(m)
-		c.claimPod(name, "shared.gpuslice.dev", "", m)
+		c.claimPod(name, dradriver.ClassShared, "", m)
 		d := c.device(name)
 		if d == "" {
 			t.Fatalf("%s of shared memory was refused", m)
@@ -214,12 +211,84 @@ func TestStockSchedulerSharesAGPUByMemory(t *testing.T) {
 	if used := r.ConsumedCapacity["memory"]; r.ShareID == nil || used.Cmp(resource.MustParse("8Gi")) != 0 {
 		t.Fatalf("share-8gi allocation %+v: want a share id and 8Gi consumed", r)
 	}
-	c.claimPod("too-big", "shared.gpuslice.dev", "", "4Gi")
+	c.claimPod("too-big", dradriver.ClassShared, "", "4Gi")
 	if d := c.device("too-big"); d != "" {
 		t.Fatalf("4Gi more than the L4 has left was allocated on %q", d)
 	}
-	c.claimPod("exclusive", "gpu.gpuslice.dev", "", "")
+	c.claimPod("exclusive", dradriver.ClassGPU, "", "")
 	if d := c.device("exclusive"); d != "" {
 		t.Fatalf("the whole GPU was allocated while shared: %q", d)
+	}
+}
+
+// A pod written for NVIDIA's device plugin (nvidia.com/gpu: 2, no claim)
+// is served by gpuslice's whole-GPU class through its extended resource
+// name: the stock scheduler makes the claim, allocates two whole GPUs of
+// the node and binds the pod; a second such pod does not fit the one GPU
+// left.
+func TestLegacyGPUPodsAreServedByTheWholeGPUClass(t *testing.T) {
+	c := newCluster(t)
+	c.addNode("t4x3", "T4", 3)
+	pod := func(name string) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{dradriver.LegacyGPUResource: resource.MustParse("2")}}}}}}
+		if _, err := c.cs.CoreV1().Pods("team-a").Create(c.ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod("legacy")
+	var bound *corev1.Pod
+	for bound == nil {
+		p, err := c.cs.CoreV1().Pods("team-a").Get(c.ctx, "legacy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName != "" {
+			bound = p
+			break
+		}
+		select {
+		case <-c.ctx.Done():
+			t.Fatalf("the legacy pod was never bound: %+v", p.Status)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if bound.Spec.NodeName != "t4x3" || bound.Status.ExtendedResourceClaimStatus == nil {
+		t.Fatalf("bound to %q with extended resource claim status %+v", bound.Spec.NodeName, bound.Status.ExtendedResourceClaimStatus)
+	}
+	cl, err := c.cs.ResourceV1().ResourceClaims("team-a").Get(c.ctx, bound.Status.ExtendedResourceClaimStatus.ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range cl.Status.Allocation.Devices.Results {
+		got = append(got, r.Device)
+	}
+	sort.Strings(got)
+	if len(got) != 2 || got[0] == got[1] || !strings.HasPrefix(got[0], "gpu-") || strings.Contains(got[0], "shared") {
+		t.Fatalf("the legacy pod's claim got %v, want two whole GPUs", got)
+	}
+	pod("legacy-2")
+	for {
+		p, err := c.cs.CoreV1().Pods("team-a").Get(c.ctx, "legacy-2", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName != "" {
+			t.Fatalf("a second 2-GPU pod was bound with one GPU left")
+		}
+		unsched := false
+		for _, cond := range p.Status.Conditions {
+			unsched = unsched || (cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable)
+		}
+		if unsched {
+			break
+		}
+		select {
+		case <-c.ctx.Done():
+			t.Fatal("the second pod was neither bound nor unschedulable")
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
