@@ -16,7 +16,8 @@
 // planned with the real allocator (plan.Make) on new nodes of each pool
 // alone; the cheapest pool that places all of them wins, and when none
 // can, the pools grow together as the planner places them. Nodes empty for
-// their pool's TTL go, never below the pool's warm minimum. Each answer
-// says what a whole-GPU autoscaler would have bought instead. Executing
-// the decisions (a provider) is not built yet.
+// their pool's TTL go, never below the pool's warm minimum, and a pool
+// below that minimum grows to it. Each answer says what a whole-GPU
+// autoscaler would have bought instead. internal/nodescale carries the
+// decisions out through a provider.
 package autoscale

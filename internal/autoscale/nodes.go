@@ -83,8 +83,10 @@ type NodePlan struct {
 // pool that places them all at the lowest cost per hour wins (fewer GPUs
 // on a tie); when no pool alone can, every pool is grown together as the
 // planner decides. A node empty for its pool's TTL is removed, never below
-// the pool's MinNodes and never in a pool being grown. It reads no clock:
-// now is given.
+// the pool's MinNodes and never in a pool being grown; a pool with fewer
+// nodes than its MinNodes grows to it (warm nodes, compose
+// minimumNodesInPool), the pending claims counted on those new nodes. It
+// reads no clock: now is given.
 func PlanNodes(pools []NodePool, pending []alloc.Claim, nodes []PoolNode, now time.Time, cat *catalog.Catalog) (NodePlan, error) {
 	if cat == nil {
 		cat = catalog.Default()
@@ -99,7 +101,11 @@ func PlanNodes(pools []NodePool, pending []alloc.Claim, nodes []PoolNode, now ti
 			grown[g.Pool] = true
 		}
 	} else {
-		np.Reasons = append(np.Reasons, "no claim is pending: no node to add")
+		np.Reasons = append(np.Reasons, "no claim is pending: no node to add for claims")
+	}
+	np.warm(pools, cat)
+	for _, g := range np.Grow {
+		grown[g.Pool] = true
 	}
 	np.shrink(pools, nodes, now, grown)
 	return np, nil
@@ -219,6 +225,44 @@ func place(pools []NodePool, pending []alloc.Claim, cat *catalog.Catalog) (*cand
 		c.gpus += pp.Nodes * pp.GPUsPerNode
 	}
 	return c, nil
+}
+
+// warm grows every pool with fewer nodes than its MinNodes to it (within
+// its maxNodes). New nodes bought for pending claims count: a pool already
+// grown for them grows to the larger of the two, never by the sum.
+func (np *NodePlan) warm(pools []NodePool, cat *catalog.Catalog) {
+	for i := range pools {
+		p := &pools[i]
+		want := p.MinNodes - p.Nodes
+		if r := room(*p); r >= 0 {
+			want = min(want, r)
+		}
+		if want <= 0 {
+			continue
+		}
+		k := slices.IndexFunc(np.Grow, func(g Growth) bool { return g.Pool == p.Pool.Name })
+		if k >= 0 && np.Grow[k].Nodes >= want {
+			np.Reasons = append(np.Reasons, fmt.Sprintf("pool %s keeps %d warm (minimumNodesInPool): the %d new node(s) for pending claims make up the %d missing",
+				p.Pool.Name, p.MinNodes, np.Grow[k].Nodes, p.MinNodes-p.Nodes))
+			continue
+		}
+		g := Growth{Pool: p.Pool.Name, InstanceType: p.Pool.InstanceType, CostPerHour: math.Inf(1)}
+		if k >= 0 {
+			g = np.Grow[k]
+		}
+		perNode, cost := p.Pool.GPUsPerNode, math.Inf(1)
+		if it, err := cat.InstanceType(p.Pool.InstanceType); err == nil {
+			perNode, cost = it.GPUCount, price(it)
+		}
+		g.Nodes, g.GPUs, g.CostPerHour = want, want*perNode, float64(want)*cost
+		if k >= 0 {
+			np.Grow[k] = g
+		} else {
+			np.Grow = append(np.Grow, g)
+		}
+		np.Reasons = append(np.Reasons, fmt.Sprintf("pool %s has %d node(s) and keeps %d warm (minimumNodesInPool): grown to %d",
+			p.Pool.Name, p.Nodes, p.MinNodes, p.Nodes+want))
+	}
 }
 
 // room is how many nodes a pool may still add (-1: no bound).

@@ -104,3 +104,29 @@ func TestEmptyNodesGoAfterTheirTTL(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// A pool below its warm minimum grows to it; nodes bought for pending
+// claims in the same pool count toward it (the larger of the two, not the
+// sum), and maxNodes bounds it.
+func TestWarmMinimumGrowsAPool(t *testing.T) {
+	l4 := NodePool{Pool: model.Pool{Name: "l4", InstanceType: "g6.xlarge", Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}}, MinNodes: 2}
+	np, err := PlanNodes([]NodePool{l4}, nil, nil, time.Now(), nil)
+	if err != nil || len(np.Grow) != 1 || np.Grow[0].Nodes != 2 || np.Grow[0].GPUs != 2 || np.WholeGPU != nil {
+		t.Fatalf("nothing pending: %+v %v", np, err)
+	}
+	// Twelve 4 GiB claims need three L4s: three, not 2+3.
+	np, _ = PlanNodes([]NodePool{l4}, claims(12, "a", alloc.Request{Mode: alloc.TimeSlice, MemoryMiB: 4096}), nil, time.Now(), nil)
+	if len(np.Grow) != 1 || np.Grow[0].Nodes != 3 {
+		t.Fatalf("pending and warm: %+v", np.Grow)
+	}
+	// Four need one: the minimum makes it two.
+	np, _ = PlanNodes([]NodePool{l4}, claims(4, "a", alloc.Request{Mode: alloc.TimeSlice, MemoryMiB: 4096}), nil, time.Now(), nil)
+	if len(np.Grow) != 1 || np.Grow[0].Nodes != 2 || np.Grow[0].CostPerHour != 2*np.WholeGPU.CostPerHour/4 {
+		t.Fatalf("one for claims, two warm: %+v whole %+v", np.Grow, np.WholeGPU)
+	}
+	l4.Nodes, l4.Pool.MaxNodes = 1, 1
+	np, _ = PlanNodes([]NodePool{l4}, nil, nil, time.Now(), nil)
+	if len(np.Grow) != 0 {
+		t.Fatalf("at maxNodes: %+v", np.Grow)
+	}
+}
