@@ -34,6 +34,11 @@ type Provider interface {
 	Delete(ctx context.Context, name string) error
 }
 
+// quotaReason starts the reason the server gives a pending claim that fits
+// but would pass its tenant's quota (internal/server quotaRoomOf): new
+// nodes cannot place it, so the controller buys none for it.
+const quotaReason = "quota:"
+
 // Controller applies PlanNodes through a Provider.
 type Controller struct {
 	Client   *client.Client // admin
@@ -72,7 +77,12 @@ func (c *Controller) Step(ctx context.Context) (autoscale.NodePlan, error) {
 	}
 	busy := map[string]bool{}
 	var pending []alloc.Claim
+	var overQuota []string
 	for _, cl := range claims {
+		if cl.State == api.Pending && strings.HasPrefix(cl.Reason, quotaReason) {
+			overQuota = append(overQuota, cl.ID) // a node would not help it
+			continue
+		}
 		if cl.State == api.Pending {
 			pending = append(pending, alloc.Claim{Name: cl.ID, Tenant: cl.Tenant, Isolation: cl.Spec.Isolation,
 				Priority: cl.Spec.Priority, Requests: cl.Spec.Requests, Constraints: cl.Spec.Constraints})
@@ -112,6 +122,10 @@ func (c *Controller) Step(ctx context.Context) (autoscale.NodePlan, error) {
 	np, err := autoscale.PlanNodes(pools, pending, mine, now, catalog.Default())
 	if err != nil {
 		return np, err
+	}
+	if len(overQuota) > 0 {
+		np.Reasons = append(np.Reasons, fmt.Sprintf("%d pending claim(s) wait for their tenant's quota, not for capacity: no node bought for them (%s)",
+			len(overQuota), strings.Join(overQuota, ", ")))
 	}
 	for _, g := range np.Grow {
 		var pool autoscale.NodePool

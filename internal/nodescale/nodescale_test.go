@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,5 +116,67 @@ func TestPendingClaimsBuyANodeAndAnEmptyOneGoes(t *testing.T) {
 	nodes, err := client.ListAll[api.Node](ctx, admin, "/v1/nodes")
 	if err != nil || len(nodes) != 0 {
 		t.Fatalf("nodes after removal: %+v %v", nodes, err)
+	}
+}
+
+// A claim that waits for its tenant's quota, not for capacity, buys no
+// node: with the quota lowered to 8 GiB while two 5 GiB claims wait, the
+// first gets the node
+// the controller bought and the second stays pending for the quota, and
+// the next step buys nothing more (a node would not place it).
+func TestQuotaPendingBuysNoNode(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := server.New(ctx, server.Config{Store: state.NewMemory(), Simulated: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Run(ctx)
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	adminTok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := client.New(hs.URL, adminTok.Secret, hs.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "PUT", "/v1/tenants/lab", api.Tenant{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	prov := &SimProvider{Admin: admin, Interval: 50 * time.Millisecond,
+		Connect: func(tok string) (*client.Client, error) { return client.New(hs.URL, tok, hs.Client()) }}
+	defer prov.Close()
+	ctl := &Controller{Client: admin, Provider: prov, Clock: time.Now, Pools: []autoscale.NodePool{
+		{Pool: model.Pool{Name: "l4", InstanceType: "g6.xlarge", Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}}}}}
+	var ids []string
+	for range 2 {
+		c, err := admin.CreateClaim(ctx, "lab", api.ClaimSpec{WaitForNodes: true,
+			Requests: []alloc.Request{{Name: "gpu", Mode: alloc.TimeSlice, MemoryMiB: 5120}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	// The quota is lowered while both wait.
+	if err := admin.Do(ctx, "PUT", "/v1/tenants/lab", api.Tenant{MemoryMiB: 8192}, nil); err != nil {
+		t.Fatal(err)
+	}
+	np, err := ctl.Step(ctx)
+	if err != nil || len(np.Grow) != 1 || np.Grow[0].Nodes != 1 {
+		t.Fatalf("first step: %+v %v", np, err)
+	}
+	first, err := admin.Claim(ctx, ids[0], api.Pending, 10*time.Second)
+	if err != nil || first.State != api.Allocated {
+		t.Fatalf("first claim: %+v %v", first, err)
+	}
+	second, err := admin.Claim(ctx, ids[1], "", 0)
+	if err != nil || second.State != api.Pending || !strings.HasPrefix(second.Reason, "quota:") {
+		t.Fatalf("second claim should wait for the quota: %s %q %v", second.State, second.Reason, err)
+	}
+	np, err = ctl.Step(ctx)
+	if err != nil || len(np.Grow) != 0 || !strings.Contains(strings.Join(np.Reasons, "; "), "wait for their tenant's quota") {
+		t.Fatalf("second step bought for a quota wait: %+v %v", np, err)
 	}
 }
