@@ -21,11 +21,15 @@ var nodeClasses = map[string]obj{
 // instance type: the instance type requirement, the pool and NVIDIA config
 // labels (so the device plugin and MIG manager pick the rendered configs),
 // the GPU taint, a GPU limit from the plan (or maxNodes), and consolidation
-// of empty nodes.
+// of empty nodes. A pool whose workloads ask compose minimumNodesInPool
+// also gets a static NodePool of that many warm nodes (Karpenter static
+// capacity, alpha): a dynamic NodePool has no minimum, it provisions only
+// for pending pods and consolidates empty nodes away.
 func renderKarpenter(s *model.Spec, p *plan.Plan) ([]byte, error) {
 	var objs []obj
 	var comments [][]string
 	cat := catalog.Default()
+	warm := karpenterWarm(s, p)
 	for i := range p.Pools {
 		pp := &p.Pools[i]
 		if pp.InstanceType == "" {
@@ -60,26 +64,48 @@ func renderKarpenter(s *model.Spec, p *plan.Plan) ([]byte, error) {
 				maxNodes = sp.MaxNodes
 			}
 		}
+		template := func() obj {
+			return obj{
+				"metadata": obj{"labels": labels},
+				"spec": obj{
+					"nodeClassRef": class,
+					"requirements": []obj{
+						{"key": instanceTypeLabel, "operator": "In", "values": []string{pp.InstanceType}},
+						{"key": "karpenter.sh/capacity-type", "operator": "In", "values": []string{"on-demand"}},
+					},
+					"taints":      taints,
+					"expireAfter": "720h",
+				},
+			}
+		}
+		w := warm[pp.Name]
+		// The warm nodes count toward a maxNodes the spec sets: the
+		// dynamic NodePool may add the rest. Without one, its limit stays
+		// the plan's need, headroom over the warm nodes.
+		dynamic := maxNodes
+		if w.nodes > 0 && sp != nil && sp.MaxNodes > 0 {
+			dynamic = max(maxNodes-w.nodes, 0)
+		}
 		objs = append(objs, obj{"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
 			"metadata": obj{"name": dnsName("gpuslice-" + pp.Name)},
 			"spec": obj{
-				"template": obj{
-					"metadata": obj{"labels": labels},
-					"spec": obj{
-						"nodeClassRef": class,
-						"requirements": []obj{
-							{"key": instanceTypeLabel, "operator": "In", "values": []string{pp.InstanceType}},
-							{"key": "karpenter.sh/capacity-type", "operator": "In", "values": []string{"on-demand"}},
-						},
-						"taints":      taints,
-						"expireAfter": "720h",
-					},
-				},
-				"limits":     obj{"nvidia.com/gpu": fmt.Sprint(maxNodes * pp.GPUsPerNode)},
+				"template":   template(),
+				"limits":     obj{"nvidia.com/gpu": fmt.Sprint(dynamic * pp.GPUsPerNode)},
 				"disruption": obj{"consolidationPolicy": "WhenEmpty", "consolidateAfter": "5m"},
 			}})
 		comments = append(comments, []string{fmt.Sprintf("pool %s: the plan needs %d × %s (%d GPUs, %d in use)",
 			pp.Name, pp.Nodes, pp.InstanceType, pp.Nodes*pp.GPUsPerNode, pp.GPUsUsed)})
+		if w.nodes > 0 {
+			objs = append(objs, obj{"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+				"metadata": obj{"name": dnsName("gpuslice-" + pp.Name + "-warm")},
+				"spec": obj{
+					"replicas": w.nodes,
+					"template": template(),
+					"limits":   obj{"nodes": fmt.Sprint(w.nodes)},
+				}})
+			comments = append(comments, []string{fmt.Sprintf("pool %s: %d node(s) kept warm for minimumNodesInPool of %s (static capacity: Karpenter's StaticCapacity feature gate, alpha)",
+				pp.Name, w.nodes, w.workload)})
+		}
 	}
 	var keep []obj
 	var keepC [][]string
@@ -94,6 +120,30 @@ func renderKarpenter(s *model.Spec, p *plan.Plan) ([]byte, error) {
 		header = append(header, comments[i]...) // why a pool has no NodePool
 	}
 	return documents(header, keep, keepC)
+}
+
+// warmPool is the most minimumNodesInPool asked of a pool, and by whom.
+type warmPool struct {
+	nodes    int
+	workload string
+}
+
+// karpenterWarm is, per planned pool, the largest minimumNodesInPool of
+// the workloads placed on it.
+func karpenterWarm(s *model.Spec, p *plan.Plan) map[string]warmPool {
+	asked := map[string]int{}
+	for _, wl := range s.Workloads {
+		if wl.Autoscaling != nil && wl.Autoscaling.MinimumNodesInPool > 0 {
+			asked[wl.Name] = wl.Autoscaling.MinimumNodesInPool
+		}
+	}
+	out := map[string]warmPool{}
+	for _, pl := range p.Placements {
+		if n := asked[pl.Workload]; n > out[pl.Pool].nodes {
+			out[pl.Pool] = warmPool{nodes: n, workload: pl.Workload}
+		}
+	}
+	return out
 }
 
 func specPool(s *model.Spec, name string) *model.Pool {
@@ -115,11 +165,17 @@ func usesMIG(pp *plan.PoolPlan) bool {
 }
 
 func init() {
-	registerWarnings("karpenter", func(_ *model.Spec, p *plan.Plan) []string {
+	registerWarnings("karpenter", func(s *model.Spec, p *plan.Plan) []string {
 		var out []string
+		warm := karpenterWarm(s, p)
 		for i := range p.Pools {
 			if p.Pools[i].InstanceType == "" {
 				out = append(out, karpenterNoInstanceType(p.Pools[i].Name))
+				continue
+			}
+			if w := warm[p.Pools[i].Name]; w.nodes > 0 {
+				out = append(out, fmt.Sprintf("pool %s: minimumNodesInPool %d (%s) is rendered as the static NodePool %s (replicas %d), which needs Karpenter's alpha StaticCapacity feature gate; without it no NodePool keeps nodes warm",
+					p.Pools[i].Name, w.nodes, w.workload, dnsName("gpuslice-"+p.Pools[i].Name+"-warm"), w.nodes))
 			}
 		}
 		return out

@@ -236,3 +236,65 @@ func TestHPAFromComposeAutoscaling(t *testing.T) {
 		t.Fatalf("warnings %q", w)
 	}
 }
+
+// minimumNodesInPool has no field in a dynamic Karpenter NodePool (it
+// provisions for pending pods and consolidates empty nodes away): the
+// karpenter target adds a static NodePool of that many warm nodes for the
+// pool the workload is planned on, counts them toward the pool's maxNodes,
+// and warns that static capacity is an alpha feature gate.
+func TestKarpenterKeepsMinimumNodesWarm(t *testing.T) {
+	s := &model.Spec{Sources: []string{"pool.yaml"},
+		Pools: []model.Pool{{Name: "l4", InstanceType: "g6.xlarge", MaxNodes: 5, Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}},
+			{Name: "t4", InstanceType: "g4dn.xlarge"}},
+		Workloads: []model.Workload{
+			{Name: "web", Tenant: "a", Replicas: 2, Pool: "l4", Autoscaling: &model.Autoscaling{MinReplicas: 2, MaxReplicas: 6, MinimumNodesInPool: 2},
+				Requests: []alloc.Request{{Name: "gpu", Mode: alloc.TimeSlice, MemoryMiB: 4096}}},
+			{Name: "batch", Tenant: "b", Replicas: 1, Pool: "t4", Requests: []alloc.Request{{Name: "gpu", Mode: alloc.Exclusive}}}}}
+	p, err := plan.Make(s, plan.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Render("karpenter", s, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type nodePool struct {
+		Metadata struct{ Name string } `json:"metadata"`
+		Spec     struct {
+			Replicas *int              `json:"replicas"`
+			Limits   map[string]string `json:"limits"`
+		} `json:"spec"`
+	}
+	var pools []nodePool
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		if !strings.Contains(doc, "kind: NodePool") {
+			continue
+		}
+		var np nodePool
+		if err := yaml.Unmarshal([]byte(doc), &np); err != nil {
+			t.Fatal(err)
+		}
+		pools = append(pools, np)
+	}
+	byName := map[string]int{}
+	for i, np := range pools {
+		byName[np.Metadata.Name] = i
+	}
+	warm, ok := byName["gpuslice-l4-warm"]
+	if !ok || len(pools) != 3 {
+		t.Fatalf("want l4, l4-warm and t4 NodePools:\n%s", out)
+	}
+	if w := pools[warm].Spec; w.Replicas == nil || *w.Replicas != 2 || len(w.Limits) != 1 || w.Limits["nodes"] != "2" {
+		t.Fatalf("warm NodePool %+v", w)
+	}
+	// maxNodes 5 of one GPU each: 2 warm, 3 for the dynamic NodePool.
+	if l := pools[byName["gpuslice-l4"]].Spec; l.Replicas != nil || l.Limits["nvidia.com/gpu"] != "3" {
+		t.Fatalf("dynamic l4 NodePool %+v", l)
+	}
+	if _, ok := byName["gpuslice-t4-warm"]; ok {
+		t.Fatal("t4 has no minimumNodesInPool")
+	}
+	if w := Warnings("karpenter", s, p); len(w) != 1 || !strings.Contains(w[0], "StaticCapacity") || !strings.Contains(w[0], "pool l4") {
+		t.Fatalf("warnings %q", w)
+	}
+}
