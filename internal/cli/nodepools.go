@@ -20,7 +20,9 @@ import (
 
 // readNodePools reads the pools serve may grow from a gpuslice spec file
 // (its pools; instance types required): each pool with the TTL given and
-// its minimum from the spec's compose-style minimumNodesInPool, if any.
+// its minimum from the spec's compose-style minimumNodesInPool, if any: a
+// workload that names its pool sets that pool's minimum, one that names
+// none sets every pool's.
 func readNodePools(path string, ttl time.Duration) ([]autoscale.NodePool, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -33,9 +35,13 @@ func readNodePools(path string, ttl time.Duration) ([]autoscale.NodePool, error)
 	if len(s.Pools) == 0 {
 		return nil, fmt.Errorf("--node-pools %s: no pools; give pools with an instanceType, e.g. {name: l4, instanceType: g6.xlarge}", path)
 	}
-	warm := 0
+	warm, warmIn := 0, map[string]int{}
 	for _, w := range s.Workloads {
-		if w.Autoscaling != nil {
+		switch {
+		case w.Autoscaling == nil:
+		case w.Pool != "":
+			warmIn[w.Pool] = max(warmIn[w.Pool], w.Autoscaling.MinimumNodesInPool)
+		default:
 			warm = max(warm, w.Autoscaling.MinimumNodesInPool)
 		}
 	}
@@ -44,7 +50,7 @@ func readNodePools(path string, ttl time.Duration) ([]autoscale.NodePool, error)
 		if p.InstanceType == "" {
 			return nil, fmt.Errorf("--node-pools %s: pool %s has no instanceType: nodes are made of instance types (gpuslice catalog instances lists them)", path, p.Name)
 		}
-		out = append(out, autoscale.NodePool{Pool: p, MinNodes: warm, EmptyTTL: ttl})
+		out = append(out, autoscale.NodePool{Pool: p, MinNodes: max(warm, warmIn[p.Name]), EmptyTTL: ttl})
 	}
 	return out, nil
 }

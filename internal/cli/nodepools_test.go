@@ -46,3 +46,15 @@ func TestServeNodePoolsBuysANodeForAPendingClaim(t *testing.T) {
 		t.Fatalf("serve did not log the node it added:\n%s", logs.String())
 	}
 }
+
+// A compose file's minimumNodesInPool becomes its pool's warm minimum
+// (serve --node-pools then keeps that many nodes, see autoscale.PlanNodes).
+func TestReadNodePoolsWarmMinimum(t *testing.T) {
+	pools, err := readNodePools("../../examples/compose-timeslicing.yaml", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pools) != 1 || pools[0].MinNodes != 1 || pools[0].EmptyTTL != time.Minute || pools[0].Pool.InstanceType != "g4dn.xlarge" {
+		t.Fatalf("pools %+v", pools)
+	}
+}
