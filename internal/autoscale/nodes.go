@@ -25,6 +25,10 @@ type NodePool struct {
 	Pool model.Pool
 	// Nodes is how many nodes it has now.
 	Nodes int
+	// Booting is how many nodes were asked of the provider and have not
+	// joined yet: pending claims are placed on them before any new node
+	// is bought, and they count toward MinNodes and MaxNodes.
+	Booting int
 	// MinNodes (compose minimumNodesInPool) are kept warm, empty or not.
 	MinNodes int
 	// EmptyTTL is how long a node stays empty before it goes
@@ -41,11 +45,14 @@ type PoolNode struct {
 
 // Growth is nodes to add to one pool.
 type Growth struct {
-	Pool         string  `json:"pool"`
-	InstanceType string  `json:"instanceType"`
-	Nodes        int     `json:"nodes"`
-	GPUs         int     `json:"gpus"`
-	CostPerHour  float64 `json:"costPerHour"`
+	Pool         string `json:"pool"`
+	InstanceType string `json:"instanceType"`
+	Nodes        int    `json:"nodes"`
+	GPUs         int    `json:"gpus"`
+	// CostPerHour is nil (JSON null) when the catalog has no price for
+	// the instance type; PriceNote then says so.
+	CostPerHour *float64 `json:"costPerHour"`
+	PriceNote   string   `json:"priceNote,omitempty"`
 }
 
 // Removal is a node to take away, with why.
@@ -59,10 +66,62 @@ type Removal struct {
 // the same pending claims: a GPU per requested device, on the instance
 // type gpuslice chose.
 type WholeGPUs struct {
-	InstanceType string  `json:"instanceType"`
-	GPUs         int     `json:"gpus"`
-	Nodes        int     `json:"nodes"`
-	CostPerHour  float64 `json:"costPerHour"`
+	InstanceType string `json:"instanceType"`
+	GPUs         int    `json:"gpus"`
+	Nodes        int    `json:"nodes"`
+	// CostPerHour is nil when the instance type has no known price.
+	CostPerHour *float64 `json:"costPerHour"`
+	PriceNote   string   `json:"priceNote,omitempty"`
+}
+
+// Cost is a cost per hour and whether it is known.
+type Cost struct {
+	USD   float64
+	Known bool
+}
+
+// costOf is the cost of n nodes of an instance type: unknown when the
+// catalog has no price for it (or no such type).
+func costOf(cat *catalog.Catalog, instanceType string, n int) (*float64, string) {
+	it, err := cat.InstanceType(instanceType)
+	if err != nil || it.Price == nil {
+		return nil, fmt.Sprintf("no known price for %s (gpuslice catalog instances lists the priced ones)", instanceType)
+	}
+	c := float64(n) * it.Price.USDPerHour
+	return &c, ""
+}
+
+// Total adds the cost of every growth; Known is false when any is
+// unpriced (USD is then the sum of the priced ones).
+func Total(gs []Growth) Cost {
+	t := Cost{Known: true}
+	for _, g := range gs {
+		if g.CostPerHour == nil {
+			t.Known = false
+			continue
+		}
+		t.USD += *g.CostPerHour
+	}
+	return t
+}
+
+// String is "$1.23/h", or "unknown" (with the priced part) when unpriced.
+func (c Cost) String() string {
+	switch {
+	case c.Known:
+		return fmt.Sprintf("$%.2f/h", c.USD)
+	case c.USD > 0:
+		return fmt.Sprintf("unknown (more than $%.2f/h)", c.USD)
+	}
+	return "unknown"
+}
+
+// money formats a cost that may be unknown.
+func money(c *float64) string {
+	if c == nil {
+		return "unknown $/h"
+	}
+	return fmt.Sprintf("$%.2f/h", *c)
 }
 
 // NodePlan is what PlanNodes decided, with its reasons.
@@ -77,28 +136,39 @@ type NodePlan struct {
 }
 
 // PlanNodes decides which pools to grow for the claims pending for lack
-// of capacity and which empty nodes to remove, counting slices: the
-// pending claims are planned with the real allocator (plan.Make, the
-// planner's search included) on new nodes of each pool alone, and the
-// pool that places them all at the lowest cost per hour wins (fewer GPUs
-// on a tie); when no pool alone can, every pool is grown together as the
+// of capacity and which empty nodes to remove, counting slices. Pending
+// claims are first planned on the nodes already asked for and still
+// booting (NodePool.Booting): those they place wait for them, and no node
+// is bought twice for one claim. The rest are planned with the real
+// allocator (plan.Make, the planner's search included) on new nodes of
+// each pool alone, and the pool that places them all at the lowest cost
+// per hour wins (fewer GPUs on a tie; an unpriced pool after every priced
+// one); when no pool alone can, every pool is grown together as the
 // planner decides. A node empty for its pool's TTL is removed, never below
-// the pool's MinNodes and never in a pool being grown; a pool with fewer
-// nodes than its MinNodes grows to it (warm nodes, compose
-// minimumNodesInPool), the pending claims counted on those new nodes. It
-// reads no clock: now is given.
+// the pool's MinNodes and never in a pool being grown or booting; a pool
+// with fewer nodes (joined and booting) than its MinNodes grows to it
+// (warm nodes, compose minimumNodesInPool), the pending claims counted on
+// those new nodes. It reads no clock: now is given.
 func PlanNodes(pools []NodePool, pending []alloc.Claim, nodes []PoolNode, now time.Time, cat *catalog.Catalog) (NodePlan, error) {
 	if cat == nil {
 		cat = catalog.Default()
 	}
 	var np NodePlan
 	grown := map[string]bool{}
+	for _, p := range pools {
+		if p.Booting > 0 {
+			grown[p.Pool.Name] = true
+		}
+	}
 	if len(pending) > 0 {
-		if err := np.grow(pools, pending, cat); err != nil {
+		rest, err := np.onBooting(pools, pending, cat)
+		if err != nil {
 			return NodePlan{}, err
 		}
-		for _, g := range np.Grow {
-			grown[g.Pool] = true
+		if len(rest) > 0 {
+			if err := np.grow(pools, rest, cat); err != nil {
+				return NodePlan{}, err
+			}
 		}
 	} else {
 		np.Reasons = append(np.Reasons, "no claim is pending: no node to add for claims")
@@ -111,7 +181,67 @@ func PlanNodes(pools []NodePool, pending []alloc.Claim, nodes []PoolNode, now ti
 	return np, nil
 }
 
+// onBooting plans the pending claims on the nodes still booting (each
+// pool's Booting nodes, fixed: none added) and returns those they do not
+// place.
+func (np *NodePlan) onBooting(pools []NodePool, pending []alloc.Claim, cat *catalog.Catalog) ([]alloc.Claim, error) {
+	var booting []NodePool
+	n := 0
+	for _, p := range pools {
+		if p.Booting > 0 {
+			booting = append(booting, p)
+			n += p.Booting
+		}
+	}
+	if n == 0 {
+		return pending, nil
+	}
+	s := pendingSpec(pending)
+	for _, p := range booting {
+		sp := p.Pool
+		sp.Nodes, sp.MaxNodes = p.Booting, p.Booting // fixed: exactly the booting nodes
+		s.Pools = append(s.Pools, sp)
+	}
+	pl, err := plan.Make(s, plan.Options{Catalog: cat})
+	if err != nil {
+		return nil, fmt.Errorf("planning the pending claims on the booting nodes: %w", err)
+	}
+	left := map[string]bool{}
+	for _, u := range pl.Unplaced {
+		left[u.Workload] = true
+	}
+	var rest []alloc.Claim
+	for _, c := range pending {
+		if left[c.Name] {
+			rest = append(rest, c)
+		}
+	}
+	if placed := len(pending) - len(rest); placed > 0 {
+		np.Reasons = append(np.Reasons, fmt.Sprintf("%d of %d pending claim(s) fit on the %d node(s) already booting: they wait for those, none is bought for them",
+			placed, len(pending), n))
+	}
+	return rest, nil
+}
+
+// pendingSpec is a spec of one single-replica workload per pending claim
+// (no pools yet).
+func pendingSpec(pending []alloc.Claim) *model.Spec {
+	s := &model.Spec{}
+	tenants := map[string]bool{}
+	for _, c := range pending {
+		if !tenants[c.Tenant] {
+			tenants[c.Tenant] = true
+			s.Tenants = append(s.Tenants, model.Tenant{Name: c.Tenant})
+		}
+		s.Workloads = append(s.Workloads, model.Workload{Name: c.Name, Tenant: c.Tenant, Replicas: 1, Isolation: c.Isolation,
+			Priority: c.Priority, Requests: slices.Clone(c.Requests), Constraints: slices.Clone(c.Constraints)})
+	}
+	return s
+}
+
 // candidate is one way to place the pending claims: a plan on new nodes.
+// cost is +Inf when a pool in it is unpriced (it loses to every priced
+// candidate); it never leaves this file.
 type candidate struct {
 	grow     []Growth
 	cost     float64
@@ -137,7 +267,7 @@ func (np *NodePlan) grow(pools []NodePool, pending []alloc.Claim, cat *catalog.C
 				len(c.unplaced), len(pending), firstReason(c.unplaced)))
 			continue
 		}
-		tried = append(tried, fmt.Sprintf("%s: %d node(s), %d GPU(s), $%.2f/h", pools[i].Pool.Name, c.grow[0].Nodes, c.gpus, c.cost))
+		tried = append(tried, fmt.Sprintf("%s: %d node(s), %d GPU(s), %s", pools[i].Pool.Name, c.grow[0].Nodes, c.gpus, money(c.grow[0].CostPerHour)))
 		if best == nil || c.cost < best.cost || (c.cost == best.cost && c.gpus < best.gpus) {
 			best, bestPool = c, pools[i].Pool.Name
 		}
@@ -170,7 +300,9 @@ func (np *NodePlan) grow(pools []NodePool, pending []alloc.Claim, cat *catalog.C
 				}
 			}
 			n := (want + it.GPUCount - 1) / it.GPUCount
-			np.WholeGPU = &WholeGPUs{InstanceType: it.Name, GPUs: n * it.GPUCount, Nodes: n, CostPerHour: float64(n) * price(it)}
+			w := &WholeGPUs{InstanceType: it.Name, GPUs: n * it.GPUCount, Nodes: n}
+			w.CostPerHour, w.PriceNote = costOf(cat, it.Name, n)
+			np.WholeGPU = w
 		}
 	}
 	return nil
@@ -179,7 +311,7 @@ func (np *NodePlan) grow(pools []NodePool, pending []alloc.Claim, cat *catalog.C
 // place plans the pending claims on new nodes of pools (each sized as
 // needed up to its room) with the planner.
 func place(pools []NodePool, pending []alloc.Claim, cat *catalog.Catalog) (*candidate, error) {
-	s := &model.Spec{}
+	s := pendingSpec(pending)
 	for _, p := range pools {
 		r := room(p)
 		if r == 0 {
@@ -197,15 +329,6 @@ func place(pools []NodePool, pending []alloc.Claim, cat *catalog.Catalog) (*cand
 		}
 		return c, nil
 	}
-	tenants := map[string]bool{}
-	for _, c := range pending {
-		if !tenants[c.Tenant] {
-			tenants[c.Tenant] = true
-			s.Tenants = append(s.Tenants, model.Tenant{Name: c.Tenant})
-		}
-		s.Workloads = append(s.Workloads, model.Workload{Name: c.Name, Tenant: c.Tenant, Replicas: 1, Isolation: c.Isolation,
-			Priority: c.Priority, Requests: slices.Clone(c.Requests), Constraints: slices.Clone(c.Constraints)})
-	}
 	p, err := plan.Make(s, plan.Options{Catalog: cat})
 	if err != nil {
 		return nil, fmt.Errorf("planning the pending claims: %w", err)
@@ -215,25 +338,28 @@ func place(pools []NodePool, pending []alloc.Claim, cat *catalog.Catalog) (*cand
 		if pp.Nodes == 0 {
 			continue
 		}
-		it, err := cat.InstanceType(pp.InstanceType)
-		cost := math.Inf(1)
-		if err == nil {
-			cost = float64(pp.Nodes) * price(it)
+		g := Growth{Pool: pp.Name, InstanceType: pp.InstanceType, Nodes: pp.Nodes, GPUs: pp.Nodes * pp.GPUsPerNode}
+		g.CostPerHour, g.PriceNote = costOf(cat, pp.InstanceType, pp.Nodes)
+		c.grow = append(c.grow, g)
+		if g.CostPerHour == nil {
+			c.cost = math.Inf(1) // unknown price: chosen last
+		} else {
+			c.cost += *g.CostPerHour
 		}
-		c.grow = append(c.grow, Growth{Pool: pp.Name, InstanceType: pp.InstanceType, Nodes: pp.Nodes, GPUs: pp.Nodes * pp.GPUsPerNode, CostPerHour: cost})
-		c.cost += cost
-		c.gpus += pp.Nodes * pp.GPUsPerNode
+		c.gpus += g.GPUs
 	}
 	return c, nil
 }
 
-// warm grows every pool with fewer nodes than its MinNodes to it (within
-// its maxNodes). New nodes bought for pending claims count: a pool already
-// grown for them grows to the larger of the two, never by the sum.
+// warm grows every pool with fewer nodes (joined and booting) than its
+// MinNodes to it (within its maxNodes). New nodes bought for pending
+// claims count: a pool already grown for them grows to the larger of the
+// two, never by the sum.
 func (np *NodePlan) warm(pools []NodePool, cat *catalog.Catalog) {
 	for i := range pools {
 		p := &pools[i]
-		want := p.MinNodes - p.Nodes
+		have := p.Nodes + p.Booting
+		want := p.MinNodes - have
 		if r := room(*p); r >= 0 {
 			want = min(want, r)
 		}
@@ -243,41 +369,40 @@ func (np *NodePlan) warm(pools []NodePool, cat *catalog.Catalog) {
 		k := slices.IndexFunc(np.Grow, func(g Growth) bool { return g.Pool == p.Pool.Name })
 		if k >= 0 && np.Grow[k].Nodes >= want {
 			np.Reasons = append(np.Reasons, fmt.Sprintf("pool %s keeps %d warm (minimumNodesInPool): the %d new node(s) for pending claims make up the %d missing",
-				p.Pool.Name, p.MinNodes, np.Grow[k].Nodes, p.MinNodes-p.Nodes))
+				p.Pool.Name, p.MinNodes, np.Grow[k].Nodes, p.MinNodes-have))
 			continue
 		}
-		g := Growth{Pool: p.Pool.Name, InstanceType: p.Pool.InstanceType, CostPerHour: math.Inf(1)}
+		g := Growth{Pool: p.Pool.Name, InstanceType: p.Pool.InstanceType}
 		if k >= 0 {
 			g = np.Grow[k]
 		}
-		perNode, cost := p.Pool.GPUsPerNode, math.Inf(1)
+		perNode := p.Pool.GPUsPerNode
 		if it, err := cat.InstanceType(p.Pool.InstanceType); err == nil {
-			perNode, cost = it.GPUCount, price(it)
+			perNode = it.GPUCount
 		}
-		g.Nodes, g.GPUs, g.CostPerHour = want, want*perNode, float64(want)*cost
+		g.Nodes, g.GPUs = want, want*perNode
+		g.CostPerHour, g.PriceNote = costOf(cat, p.Pool.InstanceType, want)
 		if k >= 0 {
 			np.Grow[k] = g
 		} else {
 			np.Grow = append(np.Grow, g)
 		}
-		np.Reasons = append(np.Reasons, fmt.Sprintf("pool %s has %d node(s) and keeps %d warm (minimumNodesInPool): grown to %d",
-			p.Pool.Name, p.Nodes, p.MinNodes, p.Nodes+want))
+		booting := ""
+		if p.Booting > 0 {
+			booting = fmt.Sprintf(" (%d booting)", p.Booting)
+		}
+		np.Reasons = append(np.Reasons, fmt.Sprintf("pool %s has %d node(s)%s and keeps %d warm (minimumNodesInPool): grown to %d",
+			p.Pool.Name, p.Nodes, booting, p.MinNodes, have+want))
 	}
 }
 
-// room is how many nodes a pool may still add (-1: no bound).
+// room is how many nodes a pool may still add (-1: no bound); booting
+// nodes count as added.
 func room(p NodePool) int {
 	if p.Pool.MaxNodes <= 0 {
 		return -1
 	}
-	return max(p.Pool.MaxNodes-p.Nodes, 0)
-}
-
-func price(it *catalog.InstanceType) float64 {
-	if it.Price == nil {
-		return math.Inf(1) // unknown price: chosen last
-	}
-	return it.Price.USDPerHour
+	return max(p.Pool.MaxNodes-p.Nodes-p.Booting, 0)
 }
 
 func firstReason(us []plan.Unplaced) string {
@@ -315,7 +440,7 @@ func (np *NodePlan) shrink(pools []NodePool, nodes []PoolNode, now time.Time, gr
 		case idle < ttl:
 			continue
 		case grown[n.Pool]:
-			np.Reasons = append(np.Reasons, fmt.Sprintf("node %s is empty but pool %s is being grown: kept", n.Name, n.Pool))
+			np.Reasons = append(np.Reasons, fmt.Sprintf("node %s is empty but pool %s is being grown (or has nodes booting): kept", n.Name, n.Pool))
 		case left[n.Pool] <= p.MinNodes:
 			np.Reasons = append(np.Reasons, fmt.Sprintf("node %s is empty (%s) but pool %s keeps %d warm (minimumNodesInPool): kept",
 				n.Name, idle.Round(time.Second), n.Pool, p.MinNodes))

@@ -147,10 +147,10 @@ func runNodeScenario(t *testing.T, sc nodeScenario) string {
 		}
 		fmt.Fprintf(&b, "== %s (%s, %d pending)\n", st.Name, now.Format("15:04"), len(pending))
 		for _, g := range np.Grow {
-			fmt.Fprintf(&b, "grow %s by %d × %s: %d GPU(s), $%.2f/h\n", g.Pool, g.Nodes, g.InstanceType, g.GPUs, g.CostPerHour)
+			fmt.Fprintf(&b, "grow %s by %d × %s: %d GPU(s), %s\n", g.Pool, g.Nodes, g.InstanceType, g.GPUs, money(g.CostPerHour))
 		}
 		if w := np.WholeGPU; w != nil {
-			fmt.Fprintf(&b, "whole-GPU autoscaler: %d × %s: %d GPU(s), $%.2f/h\n", w.Nodes, w.InstanceType, w.GPUs, w.CostPerHour)
+			fmt.Fprintf(&b, "whole-GPU autoscaler: %d × %s: %d GPU(s), %s\n", w.Nodes, w.InstanceType, w.GPUs, money(w.CostPerHour))
 		}
 		for _, r := range np.Remove {
 			fmt.Fprintf(&b, "remove %s (pool %s): %s\n", r.Node, r.Pool, r.Reason)

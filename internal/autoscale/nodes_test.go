@@ -1,7 +1,9 @@
 package autoscale
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +53,7 @@ func TestTimeSlicedClaimsBuyOneNodeNotFour(t *testing.T) {
 	if len(np.Grow) != 1 || np.Grow[0].Nodes != 1 || np.Grow[0].GPUs != 1 {
 		t.Fatalf("grow %+v; reasons %q", np.Grow, np.Reasons)
 	}
-	if np.WholeGPU == nil || np.WholeGPU.Nodes != 4 || np.WholeGPU.CostPerHour != 4*np.Grow[0].CostPerHour {
+	if np.WholeGPU == nil || np.WholeGPU.Nodes != 4 || *np.WholeGPU.CostPerHour != 4**np.Grow[0].CostPerHour {
 		t.Fatalf("whole-GPU comparison %+v", np.WholeGPU)
 	}
 }
@@ -121,12 +123,103 @@ func TestWarmMinimumGrowsAPool(t *testing.T) {
 	}
 	// Four need one: the minimum makes it two.
 	np, _ = PlanNodes([]NodePool{l4}, claims(4, "a", alloc.Request{Mode: alloc.TimeSlice, MemoryMiB: 4096}), nil, time.Now(), nil)
-	if len(np.Grow) != 1 || np.Grow[0].Nodes != 2 || np.Grow[0].CostPerHour != 2*np.WholeGPU.CostPerHour/4 {
+	if len(np.Grow) != 1 || np.Grow[0].Nodes != 2 || *np.Grow[0].CostPerHour != 2**np.WholeGPU.CostPerHour/4 {
 		t.Fatalf("one for claims, two warm: %+v whole %+v", np.Grow, np.WholeGPU)
 	}
 	l4.Nodes, l4.Pool.MaxNodes = 1, 1
 	np, _ = PlanNodes([]NodePool{l4}, nil, nil, time.Now(), nil)
 	if len(np.Grow) != 0 {
 		t.Fatalf("at maxNodes: %+v", np.Grow)
+	}
+}
+
+// Nodes asked for and still booting are not bought again: the pending
+// claims they will hold wait for them, only the rest buy nodes, and they
+// count toward the warm minimum and maxNodes.
+func TestBootingNodesAreNotBoughtAgain(t *testing.T) {
+	l4 := NodePool{Pool: model.Pool{Name: "l4", InstanceType: "g6.xlarge", Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}}}
+	four := claims(4, "web", alloc.Request{Mode: alloc.TimeSlice, MemoryMiB: 4096})
+	np, err := PlanNodes([]NodePool{l4}, four, nil, time.Now(), nil)
+	if err != nil || len(np.Grow) != 1 || np.Grow[0].Nodes != 1 {
+		t.Fatalf("first decision: %+v %v", np, err)
+	}
+	// The node is booting; the same four claims are still pending.
+	l4.Booting = 1
+	np, err = PlanNodes([]NodePool{l4}, four, nil, time.Now(), nil)
+	if err != nil || len(np.Grow) != 0 || np.WholeGPU != nil {
+		t.Fatalf("bought again while one boots: %+v %v", np, err)
+	}
+	if !contains(fmt.Sprint(np.Reasons), "4 of 4 pending claim(s) fit on the 1 node(s) already booting") {
+		t.Fatalf("reasons %q", np.Reasons)
+	}
+	// Twelve pending: the booting node holds four, two more are bought
+	// for the other eight (not three).
+	twelve := claims(12, "web", alloc.Request{Mode: alloc.TimeSlice, MemoryMiB: 4096})
+	np, _ = PlanNodes([]NodePool{l4}, twelve, nil, time.Now(), nil)
+	if len(np.Grow) != 1 || np.Grow[0].Nodes != 2 || np.WholeGPU == nil || np.WholeGPU.GPUs != 8 {
+		t.Fatalf("twelve with one booting: %+v whole %+v; %q", np.Grow, np.WholeGPU, np.Reasons)
+	}
+	// A claim the booting node cannot hold (another pool's hardware)
+	// still buys its own node.
+	t4 := NodePool{Pool: model.Pool{Name: "a100", InstanceType: "p4d.24xlarge", MIG: "dynamic"}}
+	mig := claims(1, "research", alloc.Request{Mode: alloc.MIG, Profile: "3g.20gb"})
+	np, _ = PlanNodes([]NodePool{l4, t4}, append(slices.Clone(four), mig...), nil, time.Now(), nil)
+	if len(np.Grow) != 1 || np.Grow[0].Pool != "a100" || np.Grow[0].Nodes != 1 {
+		t.Fatalf("MIG claim beside a booting L4: %+v; %q", np.Grow, np.Reasons)
+	}
+	// Booting nodes count toward the warm minimum and maxNodes.
+	l4.MinNodes = 2
+	np, _ = PlanNodes([]NodePool{l4}, nil, nil, time.Now(), nil)
+	if len(np.Grow) != 1 || np.Grow[0].Nodes != 1 {
+		t.Fatalf("warm 2 with one booting: %+v", np.Grow)
+	}
+	l4.MinNodes, l4.Pool.MaxNodes = 0, 1
+	np, _ = PlanNodes([]NodePool{l4}, twelve, nil, time.Now(), nil)
+	if len(np.Grow) != 0 || len(np.Unplaced) != 8 {
+		t.Fatalf("maxNodes 1 with one booting: grow %+v unplaced %d", np.Grow, len(np.Unplaced))
+	}
+}
+
+// An instance type without a known price has no cost: JSON null with a
+// note (never +Inf, which encoding/json refuses), and a priced pool that
+// places the claims wins over it.
+func TestUnpricedCostIsNullInJSON(t *testing.T) {
+	unpriced := NodePool{Pool: model.Pool{Name: "gcp", InstanceType: "a2-highgpu-1g", Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}}}
+	pending := claims(4, "web", alloc.Request{Mode: alloc.TimeSlice, MemoryMiB: 4096})
+	np, err := PlanNodes([]NodePool{unpriced}, pending, nil, time.Now(), nil)
+	if err != nil || len(np.Grow) != 1 {
+		t.Fatalf("%+v %v", np, err)
+	}
+	b, err := json.Marshal(np)
+	if err != nil {
+		t.Fatalf("JSON of a plan with an unpriced pool: %v", err)
+	}
+	var back struct {
+		Grow []struct {
+			CostPerHour *float64 `json:"costPerHour"`
+			PriceNote   string   `json:"priceNote"`
+		} `json:"grow"`
+		WholeGPU struct {
+			CostPerHour *float64 `json:"costPerHour"`
+			PriceNote   string   `json:"priceNote"`
+		} `json:"wholeGPU"`
+	}
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"costPerHour":null`) || back.Grow[0].CostPerHour != nil ||
+		!strings.Contains(back.Grow[0].PriceNote, "no known price for a2-highgpu-1g") || back.WholeGPU.CostPerHour != nil {
+		t.Fatalf("JSON %s", b)
+	}
+	if c := Total(np.Grow); c.Known || c.String() != "unknown" {
+		t.Fatalf("total %+v %s", c, c)
+	}
+	priced := NodePool{Pool: model.Pool{Name: "l4", InstanceType: "g6.xlarge", Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}}}
+	np, _ = PlanNodes([]NodePool{unpriced, priced}, pending, nil, time.Now(), nil)
+	if len(np.Grow) != 1 || np.Grow[0].Pool != "l4" || np.Grow[0].CostPerHour == nil {
+		t.Fatalf("priced vs unpriced: %+v", np.Grow)
+	}
+	if !contains(np.Reasons[0], "gcp: 1 node(s), 1 GPU(s), unknown $/h") {
+		t.Fatalf("reason %q", np.Reasons[0])
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,11 @@ type Provider interface {
 // nodes cannot place it, so the controller buys none for it.
 const quotaReason = "quota:"
 
+// DefaultBootTimeout is how long a node asked of the provider may take to
+// join before the controller gives up on it (deletes it) and may buy
+// another.
+const DefaultBootTimeout = 15 * time.Minute
+
 // Controller applies PlanNodes through a Provider.
 type Controller struct {
 	Client   *client.Client // admin
@@ -46,8 +52,20 @@ type Controller struct {
 	Provider Provider
 	Clock    func() time.Time
 	Log      *slog.Logger
+	// BootTimeout: see DefaultBootTimeout (0 takes it).
+	BootTimeout time.Duration
 
 	emptySince map[string]time.Time
+	// booting: nodes created through the provider that have not joined
+	// the control plane yet, with their pool and when they were asked
+	// for. PlanNodes counts them (NodePool.Booting) so a slow boot does
+	// not buy the same capacity again.
+	booting map[string]bootingNode
+}
+
+type bootingNode struct {
+	pool  string
+	since time.Time
 }
 
 // poolOf is the pool a node belongs to: the nodes a controller makes are
@@ -65,6 +83,13 @@ func poolOf(node string, pools []autoscale.NodePool) string {
 func (c *Controller) Step(ctx context.Context) (autoscale.NodePlan, error) {
 	if c.emptySince == nil {
 		c.emptySince = map[string]time.Time{}
+	}
+	if c.booting == nil {
+		c.booting = map[string]bootingNode{}
+	}
+	bootTimeout := c.BootTimeout
+	if bootTimeout <= 0 {
+		bootTimeout = DefaultBootTimeout
 	}
 	now := c.Clock()
 	nodes, err := client.ListAll[api.Node](ctx, c.Client, "/v1/nodes")
@@ -118,10 +143,37 @@ func (c *Controller) Step(ctx context.Context) (autoscale.NodePlan, error) {
 			c.emptySince[n.Name] = now
 		}
 		mine = append(mine, autoscale.PoolNode{Name: n.Name, Pool: p, EmptySince: c.emptySince[n.Name]})
+		delete(c.booting, n.Name) // joined
+	}
+	// Nodes asked for that have not joined: counted as booting, or given
+	// up (deleted) past the boot timeout.
+	var gaveUp []string
+	for name, b := range c.booting {
+		if now.Sub(b.since) > bootTimeout {
+			if err := c.Provider.Delete(ctx, name); err != nil {
+				c.log().Warn("deleting a node that never joined", "node", name, "err", err)
+			}
+			delete(c.booting, name)
+			gaveUp = append(gaveUp, fmt.Sprintf("%s (asked for %s ago)", name, now.Sub(b.since).Round(time.Second)))
+			continue
+		}
+		if used[b.pool] == nil {
+			used[b.pool] = map[string]bool{}
+		}
+		used[b.pool][name] = true
+		for i := range pools {
+			if pools[i].Pool.Name == b.pool {
+				pools[i].Booting++
+			}
+		}
 	}
 	np, err := autoscale.PlanNodes(pools, pending, mine, now, catalog.Default())
 	if err != nil {
 		return np, err
+	}
+	if len(gaveUp) > 0 {
+		sort.Strings(gaveUp)
+		np.Reasons = append(np.Reasons, fmt.Sprintf("gave up on node(s) that did not join within %s: %s", bootTimeout, strings.Join(gaveUp, ", ")))
 	}
 	if len(overQuota) > 0 {
 		np.Reasons = append(np.Reasons, fmt.Sprintf("%d pending claim(s) wait for their tenant's quota, not for capacity: no node bought for them (%s)",
@@ -142,6 +194,7 @@ func (c *Controller) Step(ctx context.Context) (autoscale.NodePlan, error) {
 			if err := c.Provider.Create(ctx, pool, name); err != nil {
 				return np, fmt.Errorf("creating node %s of pool %s: %w", name, g.Pool, err)
 			}
+			c.booting[name] = bootingNode{pool: g.Pool, since: now}
 			c.log().Info("node added", "node", name, "pool", g.Pool, "reason", strings.Join(np.Reasons, "; "))
 			made++
 		}

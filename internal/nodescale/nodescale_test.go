@@ -180,3 +180,112 @@ func TestQuotaPendingBuysNoNode(t *testing.T) {
 		t.Fatalf("second step bought for a quota wait: %+v %v", np, err)
 	}
 }
+
+// slowProvider records the nodes asked of it and makes them join only
+// when the test says (a cloud node boots for minutes).
+type slowProvider struct {
+	sim     *SimProvider
+	asked   []string
+	pools   map[string]autoscale.NodePool
+	deleted []string
+}
+
+func (p *slowProvider) Create(_ context.Context, pool autoscale.NodePool, name string) error {
+	p.asked = append(p.asked, name)
+	p.pools[name] = pool
+	return nil
+}
+
+func (p *slowProvider) Delete(ctx context.Context, name string) error {
+	p.deleted = append(p.deleted, name)
+	return p.sim.Delete(ctx, name)
+}
+
+// boot makes a node asked for join now.
+func (p *slowProvider) boot(ctx context.Context, name string) error {
+	return p.sim.Create(ctx, p.pools[name], name)
+}
+
+// A node that is still booting is not bought again: the claims pending
+// for it wait, the next steps buy nothing, the node joins and takes them.
+// One that never joins is given up (deleted) after the boot timeout and
+// a new one is bought.
+func TestBootingNodeIsNotBoughtAgain(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := server.New(ctx, server.Config{Store: state.NewMemory(), Simulated: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Run(ctx)
+	if err := srv.EnsureTenant(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	adminTok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := client.New(hs.URL, adminTok.Secret, hs.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := &SimProvider{Admin: admin, Interval: 50 * time.Millisecond,
+		Connect: func(tok string) (*client.Client, error) { return client.New(hs.URL, tok, hs.Client()) }}
+	defer sim.Close()
+	prov := &slowProvider{sim: sim, pools: map[string]autoscale.NodePool{}}
+	clock := &fakeClock{now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	ctl := &Controller{Client: admin, Provider: prov, Clock: clock.Now, BootTimeout: 10 * time.Minute, Pools: []autoscale.NodePool{
+		{Pool: model.Pool{Name: "l4", InstanceType: "g6.xlarge", Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}}}}}
+	var ids []string
+	for range 4 {
+		c, err := admin.CreateClaim(ctx, "default", api.ClaimSpec{WaitForNodes: true,
+			Requests: []alloc.Request{{Name: "gpu", Mode: alloc.TimeSlice, MemoryMiB: 5120}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, c.ID)
+	}
+	if _, err := ctl.Step(ctx); err != nil || len(prov.asked) != 1 || prov.asked[0] != "l4-0" {
+		t.Fatalf("first step: asked %v, %v", prov.asked, err)
+	}
+	for range 3 { // the node boots for three steps
+		clock.Add(time.Minute)
+		np, err := ctl.Step(ctx)
+		if err != nil || len(np.Grow) != 0 || len(prov.asked) != 1 {
+			t.Fatalf("bought again while l4-0 boots: %+v asked %v %v", np, prov.asked, err)
+		}
+		if !strings.Contains(strings.Join(np.Reasons, "; "), "already booting") {
+			t.Fatalf("reasons %q", np.Reasons)
+		}
+	}
+	if err := prov.boot(ctx, "l4-0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		c, err := admin.Claim(ctx, id, api.Pending, 10*time.Second)
+		if err != nil || c.State != api.Allocated || c.Allocation.Devices[0].Node != "l4-0" {
+			t.Fatalf("claim %s after the node joined: %+v %v", id, c, err)
+		}
+	}
+	if np, err := ctl.Step(ctx); err != nil || len(np.Grow) != 0 || len(ctl.booting) != 0 {
+		t.Fatalf("after joining: %+v booting %v %v", np, ctl.booting, err)
+	}
+	// Four more wait; the node asked for them never joins.
+	for range 4 {
+		if _, err := admin.CreateClaim(ctx, "default", api.ClaimSpec{WaitForNodes: true,
+			Requests: []alloc.Request{{Name: "gpu", Mode: alloc.TimeSlice, MemoryMiB: 5120}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ctl.Step(ctx); err != nil || len(prov.asked) != 2 || prov.asked[1] != "l4-1" {
+		t.Fatalf("second node: asked %v %v", prov.asked, err)
+	}
+	clock.Add(11 * time.Minute)
+	np, err := ctl.Step(ctx)
+	if err != nil || len(prov.deleted) != 1 || prov.deleted[0] != "l4-1" || len(prov.asked) != 3 ||
+		!strings.Contains(strings.Join(np.Reasons, "; "), "gave up on node(s) that did not join within 10m0s: l4-1") {
+		t.Fatalf("past the boot timeout: %+v asked %v deleted %v %v", np, prov.asked, prov.deleted, err)
+	}
+}
