@@ -20,26 +20,46 @@ GPUs (one GPU per requested device, on the same instance type) would buy.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t := &table{header: []string{"PENDING", "CLAIMS", "POOL", "NODES", "GPUS", "$/H", "WHOLE-GPU NODES", "WHOLE-GPU $/H", "SAVED"}}
+			// -o json|yaml: each mix with the decision itself (an
+			// unpriced instance type's cost is null, with a note).
+			type mixPlan struct {
+				Mix     string             `json:"mix"`
+				Pending int                `json:"pending"`
+				Plan    autoscale.NodePlan `json:"plan"`
+			}
+			var plans []mixPlan
+			usd := func(c autoscale.Cost) string {
+				if !c.Known {
+					return "unknown"
+				}
+				return fmt.Sprintf("%.2f", c.USD)
+			}
 			for _, m := range autoscale.NodeMixes() {
 				np, err := autoscale.PlanNodes(m.Pools, m.Pending, nil, time.Time{}, nil)
 				if err != nil {
 					return err
 				}
-				pool, nodes, gpus, cost := "-", 0, 0, 0.0
+				plans = append(plans, mixPlan{Mix: m.Name, Pending: len(m.Pending), Plan: np})
+				pool, nodes, gpus := "-", 0, 0
 				for _, g := range np.Grow {
-					pool, nodes, gpus, cost = g.Pool, nodes+g.Nodes, gpus+g.GPUs, cost+g.CostPerHour
+					pool, nodes, gpus = g.Pool, nodes+g.Nodes, gpus+g.GPUs
 				}
+				cost := autoscale.Total(np.Grow)
 				wn, wc, saved := "-", "-", "-"
 				if w := np.WholeGPU; w != nil {
-					wn, wc = fmt.Sprint(w.Nodes), fmt.Sprintf("%.2f", w.CostPerHour)
-					if w.CostPerHour > 0 {
-						saved = fmt.Sprintf("%.0f%%", 100*(1-cost/w.CostPerHour))
+					wc = "unknown"
+					wn = fmt.Sprint(w.Nodes)
+					if w.CostPerHour != nil {
+						wc = fmt.Sprintf("%.2f", *w.CostPerHour)
+						if *w.CostPerHour > 0 && cost.Known {
+							saved = fmt.Sprintf("%.0f%%", 100*(1 - cost.USD / *w.CostPerHour))
+						}
 					}
 				}
 				t.rows = append(t.rows, []string{m.Name, fmt.Sprint(len(m.Pending)), pool, fmt.Sprint(nodes), fmt.Sprint(gpus),
-					fmt.Sprintf("%.2f", cost), wn, wc, saved})
+					usd(cost), wn, wc, saved})
 			}
-			return e.render(t, nil)
+			return e.render(t, plans)
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -63,5 +64,27 @@ func TestBenchPlanQuality(t *testing.T) {
 		if len(f) == 8 && strings.HasPrefix(f[0], "ffd-") && f[4] != "0" {
 			t.Errorf("the plan lost to a heuristic: %q", l)
 		}
+	}
+}
+
+// bench nodes -o json is each mix with its decision (it was null), and
+// every cost in it is a number or null, never a value JSON cannot carry.
+func TestBenchNodesJSON(t *testing.T) {
+	out := run("bench", "nodes", "-o", "json")
+	out = out[strings.Index(out, "\n")+1:] // the "$ gpuslice ..." line
+	var mixes []struct {
+		Mix  string `json:"mix"`
+		Plan struct {
+			Grow []struct {
+				Pool        string   `json:"pool"`
+				CostPerHour *float64 `json:"costPerHour"`
+			} `json:"grow"`
+		} `json:"plan"`
+	}
+	if err := json.Unmarshal([]byte(out), &mixes); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if len(mixes) < 4 || mixes[0].Mix == "" || len(mixes[0].Plan.Grow) == 0 || mixes[0].Plan.Grow[0].CostPerHour == nil {
+		t.Fatalf("mixes %+v", mixes)
 	}
 }
