@@ -3,7 +3,8 @@
 // k8s-device-plugin (api/config/v1, plus the start-up checks of its
 // main package, which cannot be imported and are mirrored here), NVIDIA's
 // mig-parted (api/spec/v1), Karpenter's NodePool types (with
-// RuntimeValidate) and k8s.io/api with strict decoding. NVIDIA's DRA driver
+// RuntimeValidate), KEDA's ScaledObject (with its webhook's offline
+// checks) and k8s.io/api with strict decoding. NVIDIA's DRA driver
 // module is not served by the module proxy, so its GpuConfig and
 // MigDeviceConfig rules are checked by draconfig_test.go, written from its
 // source at v25.12.0.
@@ -145,6 +146,8 @@ var checkers = map[string]func(t *testing.T, out []byte){
 	"kubernetes":           checkKubernetes,
 	"karpenter":            checkKarpenter,
 	"hpa":                  checkHPA,
+	"keda":                 checkKEDA,
+	"serverless":           checkServerless,
 }
 
 // TestEveryRenderParses renders every input with every target and parses
