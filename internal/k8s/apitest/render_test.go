@@ -34,7 +34,7 @@ func TestRenderedObjectsPassDryRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		// mig-parted is not a Kubernetes object; the others are.
-		for _, target := range []string{"dra", "kubernetes", "karpenter", "nvidia-device-plugin", "hpa"} {
+		for _, target := range []string{"dra", "kubernetes", "karpenter", "nvidia-device-plugin", "hpa", "serverless"} {
 			out, err := render.Render(target, s, p)
 			if err != nil {
 				t.Fatal(err)
