@@ -140,6 +140,9 @@ func TestProxyWakesAndStopsADeployment(t *testing.T) {
 			n := scale()
 			switch {
 			case n > 0 && !isPublished():
+				mu.Lock()
+				woken = append(woken, time.Now()) // before the slice: a request may be served as soon as it exists
+				mu.Unlock()
 				ready := true
 				port := int32(podPort)
 				_, err := disc.EndpointSlices(ns).Create(standIn, &discoveryv1.EndpointSlice{
@@ -156,7 +159,6 @@ func TestProxyWakesAndStopsADeployment(t *testing.T) {
 				}
 				mu.Lock()
 				published = true
-				woken = append(woken, time.Now())
 				mu.Unlock()
 			case n == 0 && isPublished():
 				err := disc.EndpointSlices(ns).Delete(standIn, deployment+"-backend-pod", metav1.DeleteOptions{})
