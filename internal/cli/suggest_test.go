@@ -40,8 +40,8 @@ func TestEnumFlagDidYouMean(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"render", "x.yaml", "--target", "karpentr"}, `--target "karpentr": unknown render target; did you mean "karpenter"? valid: dra, hpa, karpenter, kubernetes, mig-parted, nvidia-device-plugin`},
-		{[]string{"render", "x.yaml"}, `--target is required: the render target; valid: dra, hpa, karpenter, kubernetes, mig-parted, nvidia-device-plugin`},
+		{[]string{"render", "x.yaml", "--target", "karpentr"}, `--target "karpentr": unknown render target; did you mean "karpenter"? valid: dra, hpa, karpenter, keda, kubernetes, mig-parted, nvidia-device-plugin, serverless`},
+		{[]string{"render", "x.yaml"}, `--target is required: the render target; valid: dra, hpa, karpenter, keda, kubernetes, mig-parted, nvidia-device-plugin, serverless`},
 		{[]string{"catalog", "gpus", "-o", "jsno"}, `-o "jsno": unknown output format; did you mean "json"? valid: table, json, yaml`},
 	}
 	for _, c := range cases {
