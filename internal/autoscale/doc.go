@@ -10,7 +10,9 @@
 // samples taken after the last change count, so each step waits a full
 // period and a flapping metric never completes a period. With auto-stop a
 // service drops to zero after a down period with no request at all, and
-// wakes when a request waits.
+// wakes when a request waits. DecideZero is the half a proxy needs in
+// front of replicas another autoscaler counts (a Kubernetes Deployment):
+// wake from zero, stop after the idle period, nothing in between.
 //
 // Node pools (PlanNodes): the claims pending for lack of capacity are
 // planned with the real allocator (plan.Make) on new nodes of each pool

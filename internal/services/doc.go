@@ -8,4 +8,7 @@
 // proxy on the service's targetPort spreads requests over the ready
 // replicas, holds them (bounded) while a stopped service wakes, and takes
 // a replica out of rotation and lets its requests finish before it stops.
+// A Gate is that proxy in front of replicas another system runs (a
+// Kubernetes Deployment, internal/k8s/scalezero): it wakes and stops them
+// through a Scaler and leaves the count in between to others.
 package services
