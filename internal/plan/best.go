@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
@@ -67,40 +68,56 @@ var SortKeys = []string{"memory", "compute", "max", "sum", "product"}
 // order without priority (when the spec has more than one), plain
 // first-fit decreasing under every sort key (memory, max, sum, compute,
 // product), the same priority first, and its own order with MIG instance
-// sizes capped at 3, 2 and 1 compute slices when a pool has MIG. The
-// property test holds the planner to never using more GPUs than any of
-// them (on specs small enough that all are tried: see maxOrders).
-func Heuristics(s *model.Spec) []Heuristic {
+// sizes capped at 3, 2 and 1 compute slices when a pool has MIG. Every
+// one runs at every size (two at a time on two cores), and the property
+// tests (TestNeverBeatenByHeuristics, TestNeverBeatenAtScale) hold the
+// planner to never leaving out more replicas, by priority, or using more
+// GPUs than first-fit decreasing under any of these keys, priority first
+// or not, and MIG caps, run by an independent reference.
+func Heuristics(s *model.Spec) []Heuristic { return heuristics(s, false) }
+
+// heuristics is Heuristics for a plan whose first pass ignored
+// priorities (flatFits: the spec has several and every replica fit
+// without them). Then the planner's own order is that first pass and the
+// MIG caps run without priority too; the priority-first orders (keys and
+// caps) come last, tried against the finished plan (see improve).
+func heuristics(s *model.Spec, flatFits bool) []Heuristic {
 	prios := map[int]bool{}
 	for _, w := range s.Workloads {
 		prios[w.Priority] = true
 	}
+	several := len(prios) > 1
 	var out []Heuristic
-	if len(prios) > 1 {
+	if several && !flatFits {
 		out = append(out, Heuristic{Key: "plan", Ahead: true})
 	}
 	keys := []string{"memory", "max", "sum", "compute", "product"}
 	for _, k := range keys {
 		out = append(out, Heuristic{Key: k})
 	}
-	if len(prios) > 1 {
+	if several && !flatFits {
 		for _, k := range keys {
 			out = append(out, Heuristic{Key: k, Priority: true})
 		}
 	}
+	caps := []int{3, 2, 1}
 	if hasMIG(s) {
-		for _, c := range []int{3, 2, 1} {
-			out = append(out, Heuristic{Key: "plan", Priority: true, Ahead: true, Cap: c})
+		for _, c := range caps {
+			out = append(out, Heuristic{Key: "plan", Priority: !flatFits, Ahead: true, Cap: c})
+		}
+	}
+	if several && flatFits {
+		for _, k := range keys {
+			out = append(out, Heuristic{Key: k, Priority: true})
+		}
+		if hasMIG(s) {
+			for _, c := range caps {
+				out = append(out, Heuristic{Key: "plan", Priority: true, Ahead: true, Cap: c})
+			}
 		}
 	}
 	return out
 }
-
-// maxOrders is how many of the heuristic orders a spec of n replicas
-// gets: every one up to a few thousand replicas, then as many as keep the
-// extra work near 40,000 replica placements, and never fewer than 3.
-// Each order is a full pass, so this keeps planning linear in n.
-func maxOrders(n int) int { return max(3, 40000/max(n, 1)) }
 
 // hasMIG says whether a pool of the spec may run MIG.
 func hasMIG(s *model.Spec) bool {
@@ -112,18 +129,32 @@ func hasMIG(s *model.Spec) bool {
 	return false
 }
 
-// Order returns the replicas' claims in the heuristic's order (stable:
-// a workload's replicas stay together, workloads keep the spec's order on
-// ties), with the MIG cap's selector added where it applies.
+// order returns the replicas' claims in the heuristic's order, with the
+// MIG cap's selector added where it applies.
 func (h Heuristic) order(pools []*pool, reps []replica) []alloc.Claim {
+	perm := h.perm(pools, reps)
+	out := make([]alloc.Claim, len(reps))
+	for j, i := range perm {
+		out[j] = reps[i].claim
+		if h.Cap > 0 {
+			capClaim(&out[j], pools, &reps[i], h.Cap)
+		}
+	}
+	return out
+}
+
+// perm returns the replicas' indexes in the heuristic's order (stable: a
+// workload's replicas stay together, and ties keep the spec's order of
+// workloads, whatever order reps came in).
+func (h Heuristic) perm(pools []*pool, reps []replica) []int32 {
 	type keyed struct {
 		k   [2]float64
 		pri int
-		i   int
+		i   int32
 	}
 	ks := make([]keyed, len(reps))
 	for i := range reps {
-		ks[i] = keyed{k: sizeKey(h.Key, pools, &reps[i]), pri: reps[i].wl.Priority, i: i}
+		ks[i] = keyed{k: sizeKey(h.Key, pools, &reps[i]), pri: reps[i].wl.Priority, i: int32(i)}
 	}
 	sort.SliceStable(ks, func(a, b int) bool {
 		x, y := &ks[a], &ks[b]
@@ -133,13 +164,39 @@ func (h Heuristic) order(pools []*pool, reps []replica) []alloc.Claim {
 		if x.k[0] != y.k[0] {
 			return x.k[0] > y.k[0]
 		}
-		return x.k[1] > y.k[1]
+		if x.k[1] != y.k[1] {
+			return x.k[1] > y.k[1]
+		}
+		if rx, ry := &reps[x.i], &reps[y.i]; rx.w != ry.w {
+			return rx.w < ry.w
+		}
+		return reps[x.i].n < reps[y.i].n
 	})
-	out := make([]alloc.Claim, len(reps))
+	out := make([]int32, len(ks))
 	for j, k := range ks {
-		out[j] = reps[k.i].claim
-		if h.Cap > 0 {
-			capClaim(&out[j], pools, &reps[k.i], h.Cap)
+		out[j] = k.i
+	}
+	return out
+}
+
+// sameAs returns, for each order, the index of an earlier order that
+// places the replicas identically (same permutation, look-ahead and cap),
+// or -1: the allocator is deterministic, so such an order's pass would
+// repeat the earlier one exactly. Under several sort keys the order of
+// the replicas often comes out the same (memory and max on a mix where
+// memory dominates), and a pass is the expensive part.
+func sameAs(hs []Heuristic, pools []*pool, reps []replica) []int {
+	out := make([]int, len(hs))
+	perms := make([][]int32, len(hs))
+	for i, h := range hs {
+		out[i] = -1
+		perms[i] = h.perm(pools, reps)
+		for j := 0; j < i; j++ {
+			if out[j] < 0 && hs[j].Ahead == h.Ahead && hs[j].Cap == h.Cap && slices.Equal(perms[j], perms[i]) {
+				out[i] = j
+				perms[i] = nil
+				break
+			}
 		}
 	}
 	return out
@@ -251,7 +308,7 @@ func initialNodes(pools []*pool) {
 // fleet that grows like the first pass's. When limit > 0 the pass gives
 // up (nil, no error) as soon as more than limit GPUs hold work: GPUs in
 // use never decrease during a pass, so it could not beat a pass that
-// placed everything on limit GPUs.
+// placed everything on limit GPUs. It changes the pools' node counts.
 func heuristicPass(s *model.Spec, pools []*pool, reps []replica, h Heuristic, limit int) (*pass, error) {
 	initialNodes(pools)
 	st, err := build(s, pools, nil, nil)
@@ -259,6 +316,35 @@ func heuristicPass(s *model.Spec, pools []*pool, reps []replica, h Heuristic, li
 		return nil, err
 	}
 	return orderPass(st, pools, reps, h.order(pools, reps), h.Ahead, limit)
+}
+
+// orderPasses runs heuristicPass for each order at once, each on its own
+// copy of the pools (a pass grows them), and returns the passes in the
+// orders' order; the first error by order wins. The shared inputs (spec,
+// replicas, catalog entries) are only read.
+func orderPasses(s *model.Spec, pools []*pool, reps []replica, hs []Heuristic, limit int) ([]*pass, error) {
+	out := make([]*pass, len(hs))
+	errs := make([]error, len(hs))
+	var wg sync.WaitGroup
+	for i, h := range hs {
+		own := make([]*pool, len(pools))
+		for j, pl := range pools {
+			c := *pl
+			own[j] = &c
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = heuristicPass(s, own, reps, h, limit)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // orderPass is placePass with look-ahead optional (without it each claim

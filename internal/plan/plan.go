@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ type pool struct {
 // replica is one claim to place.
 type replica struct {
 	wl    *model.Workload
+	w     int // the workload's index in the spec
 	n     int
 	claim alloc.Claim
 }
@@ -69,13 +71,43 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	order := make([]alloc.Claim, len(reps))
-	for i := range reps {
-		order[i] = reps[i].claim
+	// Priorities decide who is left out when capacity is short, and
+	// nothing else: with several priorities the first pass ignores them,
+	// and only when that leaves a replica out does the plan start again
+	// highest priority first. A spec whose replicas all fit is planned
+	// as if every priority were equal (better packed: placing by priority
+	// first once cost a GPU on such a spec).
+	levels := priorityLevels(reps)
+	var first *pass
+	flatFits := false
+	if len(levels) > 1 {
+		// The claims lose their priority too: the allocator's own orders
+		// (RefineOrder) put priority first.
+		flatReps := slices.Clone(reps)
+		for i := range flatReps {
+			flatReps[i].claim.Priority = 0
+		}
+		flat := Heuristic{Key: "plan"}.order(pools, flatReps)
+		if first, err = placePass(state, pools, flatReps, flat); err != nil {
+			return nil, err
+		}
+		if flatFits = len(first.unplaced) == 0; flatFits {
+			reps = flatReps
+		} else {
+			initialNodes(pools)
+			if state, err = build(s, pools, nil, nil); err != nil {
+				return nil, err
+			}
+		}
 	}
-	first, err := placePass(state, pools, reps, order)
-	if err != nil {
-		return nil, err
+	if !flatFits {
+		order := make([]alloc.Claim, len(reps))
+		for i := range reps {
+			order[i] = reps[i].claim
+		}
+		if first, err = placePass(state, pools, reps, order); err != nil {
+			return nil, err
+		}
 	}
 	var keep map[string]bool // nil: every node
 	stats := []passStat{{GPUs: first.state.GPUsUsed(), Unplaced: len(first.unplaced)}}
@@ -85,7 +117,7 @@ func Make(s *model.Spec, opts Options) (*Plan, error) {
 		}
 	}
 	// Other orders, local search, bounds and the exact search (quality.go).
-	first, keep, q, err := improve(s, pools, first, reps, opts.Quality)
+	first, keep, q, err := improve(s, pools, first, reps, flatFits, opts.Quality)
 	if err != nil {
 		return nil, err
 	}
@@ -410,7 +442,7 @@ func replicas(s *model.Spec) []replica {
 				}
 				c.Requests = append(c.Requests, r)
 			}
-			out = append(out, replica{wl: wl, n: n, claim: c})
+			out = append(out, replica{wl: wl, w: i, n: n, claim: c})
 		}
 	}
 	// Highest priority first; within a priority the biggest replicas first

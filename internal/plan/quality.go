@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -58,6 +59,13 @@ type OrderResult struct {
 	GPUs      int    `json:"gpus"`
 	Unplaced  int    `json:"unplaced,omitempty"`
 	Abandoned bool   `json:"abandoned,omitempty"`
+	// SameAs names an earlier order that puts the replicas in the same
+	// sequence: this one was not run again and has its result.
+	SameAs string `json:"sameAs,omitempty"`
+	// AfterSearch: the order was tried after the local search, against
+	// the finished plan (a priority-first order when priorities did not
+	// matter).
+	AfterSearch bool `json:"afterSearch,omitempty"`
 }
 
 // ExactStats is what the exact search did within its budget.
@@ -100,7 +108,7 @@ const DefaultExactBudget = 200 * time.Millisecond
 // packings of groups the plan spreads over more GPUs. It returns the pass
 // to report, the nodes to keep, and the quality (GPUs filled in by the
 // caller from the final plan).
-func improve(s *model.Spec, pools []*pool, cur *pass, reps []replica, opts QualityOptions) (*pass, map[string]bool, *Quality, error) {
+func improve(s *model.Spec, pools []*pool, cur *pass, reps []replica, flatFits bool, opts QualityOptions) (*pass, map[string]bool, *Quality, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -117,6 +125,109 @@ func improve(s *model.Spec, pools []*pool, cur *pass, reps []replica, opts Quali
 	best, bestScore := cur, scoreOf(pools, cur, levels)
 	q.Tried = append(q.Tried, OrderResult{Order: "plan", GPUs: bestScore.gpus, Unplaced: len(cur.unplaced)})
 	curNodes := append([]int(nil), cur.nodes...)
+	// runOrders places the replicas in each order and keeps the best pass
+	// (see the comment inside).
+	runOrders := func(hs []Heuristic, after bool) error {
+		// Every order runs, at every size: the guarantee is "never more
+		// GPUs than any of them". Orders run side by side on the cores
+		// (each on its own copy of the pools and its own state), a batch
+		// at a time so only a batch's states are alive at once, and are
+		// then folded in the list's order exactly as one after another
+		// would be: the result does not depend on the number of cores.
+		// The limit comes from the best pass before the batches, so which
+		// orders are abandoned does not depend on timing either.
+		limit := 0
+		if bestScore.placedAll() {
+			limit = bestScore.gpus
+		}
+		// An order that repeats an earlier one is not run again: its
+		// result is the earlier one's.
+		same := sameAs(hs, pools, reps)
+		var run []int
+		for i := range hs {
+			if same[i] < 0 {
+				run = append(run, i)
+			}
+		}
+		results := make([]OrderResult, len(hs))
+		workers := max(1, min(runtime.GOMAXPROCS(0), len(run)))
+		done := 0
+	batches:
+		for lo := 0; lo < len(run); lo += workers {
+			idx := run[lo:min(lo+workers, len(run))]
+			batch := make([]Heuristic, len(idx))
+			for k, i := range idx {
+				batch[k] = hs[i]
+			}
+			passes, err := orderPasses(s, pools, reps, batch, limit)
+			if err != nil {
+				return err
+			}
+			for k, i := range idx {
+				h, ps := hs[i], passes[k]
+				done = i + 1
+				if ps == nil {
+					results[i] = OrderResult{Order: h.String(), GPUs: limit + 1, Abandoned: true}
+					continue
+				}
+				sc := scoreOf(pools, ps, levels)
+				results[i] = OrderResult{Order: h.String(), GPUs: sc.gpus, Unplaced: len(ps.unplaced)}
+				if (h.Cap == 0 || sc.placedAll()) && sc.better(bestScore) {
+					best, bestScore, q.Chosen = ps, sc, h.String()
+					if sc.placedAll() && sc.gpus <= lb.total {
+						break batches
+					}
+				}
+			}
+		}
+		for i := range hs[:done] {
+			if j := same[i]; j >= 0 {
+				results[i] = results[j]
+				results[i].Order, results[i].SameAs = hs[i].String(), hs[j].String()
+			}
+		}
+		for i := range results[:done] {
+			results[i].AfterSearch = after
+		}
+		q.Tried = append(q.Tried, results[:done]...)
+		return nil
+	}
+
+	// polish runs the local search and the exact packings on the best
+	// pass; a clone stays behind in case a move cannot be undone. It
+	// never adds a GPU.
+	polish := func() {
+		q.Moved, q.Exact.Improved = 0, 0
+		if bestScore.gpus <= lb.total || opts.OwnOnly {
+			return
+		}
+		backup := best.state.Clone()
+		m := newMover(best, pools)
+		n, err := m.emptyGPUs(2*len(reps) + 64)
+		improved := 0
+		if err == nil && m.used > lb.total {
+			improved, err = m.exactMoves(lb)
+		}
+		if err == nil && m.replaced {
+			err = cleanState(s, pools, best)
+		}
+		if err != nil {
+			best.state = backup // cannot happen: every move is undone exactly
+			return
+		}
+		// The counts are the moves in the pass that is now best (a late
+		// order that replaces a polished pass discards its moves).
+		q.Moved, q.Exact.Improved = n, improved
+		bestScore = scoreOf(pools, best, levels)
+	}
+
+	// late are orders tried only after the local search: with several
+	// priorities that did not matter (flatFits), the priority-first
+	// orders. The plan is first made exactly as if every priority were
+	// equal, and a priority-first order then replaces it only if it does
+	// better than that finished plan: so priorities never cost a GPU when
+	// everything fits.
+	var late []Heuristic
 	switch {
 	case opts.OwnOnly:
 		q.Skipped = "own order only (asked)"
@@ -125,54 +236,31 @@ func improve(s *model.Spec, pools []*pool, cur *pass, reps []replica, opts Quali
 	default:
 		hs := opts.Orders
 		if hs == nil {
-			hs = Heuristics(s)
-			if n := maxOrders(len(reps)); len(hs) > n {
-				q.Skipped = fmt.Sprintf("%d of %d orders tried (%d replicas: the first %d keep planning linear)", n, len(hs), len(reps), n)
-				hs = hs[:n]
+			hs = heuristics(s, flatFits)
+			if flatFits {
+				var early []Heuristic
+				for _, h := range hs {
+					if h.Priority {
+						late = append(late, h)
+					} else {
+						early = append(early, h)
+					}
+				}
+				hs = early
 			}
 		}
-		for _, h := range hs {
-			limit := 0
-			if bestScore.placedAll() {
-				limit = bestScore.gpus
-			}
-			ps, err := heuristicPass(s, pools, reps, h, limit)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			if ps == nil {
-				q.Tried = append(q.Tried, OrderResult{Order: h.String(), GPUs: limit + 1, Abandoned: true})
-				continue
-			}
-			sc := scoreOf(pools, ps, levels)
-			q.Tried = append(q.Tried, OrderResult{Order: h.String(), GPUs: sc.gpus, Unplaced: len(ps.unplaced)})
-			if (h.Cap == 0 || sc.placedAll()) && sc.better(bestScore) {
-				best, bestScore, q.Chosen = ps, sc, h.String()
-				if sc.placedAll() && sc.gpus <= lb.total {
-					break
-				}
-			}
+		if err := runOrders(hs, false); err != nil {
+			return nil, nil, nil, err
 		}
 	}
-
-	// Local search and the exact packings, on the best pass; a clone
-	// stays behind in case a move cannot be undone.
-	if bestScore.gpus > lb.total && !opts.OwnOnly {
-		backup := best.state.Clone()
-		m := newMover(best, pools)
-		n, err := m.emptyGPUs(2*len(reps) + 64)
-		if err == nil {
-			q.Moved = n
-			if m.used > lb.total {
-				q.Exact.Improved, err = m.exactMoves(lb)
-			}
+	polish()
+	if len(late) > 0 && bestScore.gpus > lb.total {
+		before := best
+		if err := runOrders(late, true); err != nil {
+			return nil, nil, nil, err
 		}
-		if err == nil && m.replaced {
-			err = cleanState(s, pools, best)
-		}
-		if err != nil {
-			best.state = backup // cannot happen: every move is undone exactly
-			q.Moved, q.Exact.Improved = 0, 0
+		if best != before {
+			polish()
 		}
 	}
 
