@@ -331,7 +331,9 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if err := d.reconcileMPS(ctx, &rec); err != nil {
 		return nil, fmt.Errorf("claim %s/%s: %w", rec.Namespace, rec.Name, err)
 	}
-	d.cfg.Observe(StepMPSReady, uid)
+	if slices.ContainsFunc(rec.Devices, func(dev preparedDevice) bool { return dev.Mode == alloc.MPS }) {
+		d.cfg.Observe(StepMPSReady, uid)
+	}
 	if gpus, err = d.cfg.Device.GPUs(ctx); err != nil {
 		return nil, err
 	}
