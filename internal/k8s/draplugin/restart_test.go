@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func TestRestartMidPrepareAdoptsState(t *testing.T) {
 
 	type child struct {
 		cmd  *exec.Cmd
-		logs *bytes.Buffer
+		logs *syncBuffer
 		done chan error
 	}
 	start := func(crashAt string) *child {
@@ -133,7 +134,7 @@ func TestRestartMidPrepareAdoptsState(t *testing.T) {
 		}
 		cmd := exec.Command(os.Args[0], "-test.run=^TestPluginChild$")
 		cmd.Env = append(os.Environ(), "GPUSLICE_DRAPLUGIN_CHILD="+path)
-		ch := &child{cmd: cmd, logs: &bytes.Buffer{}, done: make(chan error, 1)}
+		ch := &child{cmd: cmd, logs: &syncBuffer{}, done: make(chan error, 1)}
 		cmd.Stdout, cmd.Stderr = ch.logs, ch.logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -153,7 +154,7 @@ func TestRestartMidPrepareAdoptsState(t *testing.T) {
 		case err := <-ch.done:
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-				t.Fatalf("the driver ended with %v, want killed by SIGKILL:\n%s", err, ch.logs)
+				t.Fatalf("the driver ended with %v, want killed by SIGKILL:\n%s", err, ch.logs.String())
 			}
 		case <-time.After(20 * time.Second):
 			t.Fatal("the driver did not crash")
@@ -290,6 +291,24 @@ func startOf(t *testing.T, device string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// syncBuffer is a buffer a child process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func tail(s string, n int) string {

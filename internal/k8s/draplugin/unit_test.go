@@ -306,3 +306,52 @@ gpuslice_slice_claim_memory_mib_seconds_total{claim="c-m",namespace="ns",pod="ns
 		t.Fatalf("%d compute_allocated series", n)
 	}
 }
+
+// Prepare, Unprepare, the watchdog and a scrape may run at once (the
+// helper serializes gRPC calls, not the watchdog or /metrics): run under
+// -race, and every claim ends prepared exactly once.
+func TestConcurrentPrepareWatchAndScrape(t *testing.T) {
+	d, m, _ := testDriver(t, fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB"}, {Model: "L4"}}})
+	ctx := context.Background()
+	devices := []string{"gpu-0-mig-1g-5gb-at-6", "gpu-0-mig-1g-5gb-at-5", "gpu-0-mig-2g-10gb-at-0", "gpu-1-shared", "gpu-1-shared"}
+	done := make(chan error, len(devices))
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				d.Watch(ctx)
+				testutil.CollectAndCount(d.Collector())
+			}
+		}
+	}()
+	for i, dev := range devices {
+		mem := ""
+		if dev == "gpu-1-shared" {
+			mem = "2Gi"
+		}
+		go func() {
+			uid := "c" + string(rune('a'+i))
+			_, err := d.Prepare(ctx, allocated(uid, dev, mem, ""))
+			if err == nil && i%2 == 0 {
+				err = d.Unprepare(ctx, uid)
+			}
+			done <- err
+		}()
+	}
+	for range devices {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	gs, _ := m.GPUs(ctx)
+	if len(gs[0].Instances) != 1 || gs[0].Instances[0].Start != 5 {
+		t.Fatalf("instances left: %+v; want the one of the claim still prepared (1g.5gb at 5)", gs[0].Instances)
+	}
+	if len(d.claims) != 2 {
+		t.Fatalf("%d claims prepared, want 2", len(d.claims))
+	}
+}
