@@ -1,7 +1,6 @@
 package draplugin_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -214,5 +213,3 @@ func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
 		t.Fatalf("unprepare of an unknown claim: %+v", r)
 	}
 }
-
-var _ = context.Background
