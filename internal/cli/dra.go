@@ -27,8 +27,8 @@ publishes for this host's GPUs (the real ones through NVML, else simulated):
 every whole GPU, the whole GPU shared by memory (consumable capacity), and
 every MIG profile at every start as partitionable devices whose shared
 counters allow exactly NVIDIA's layouts. The stock kube-scheduler allocates
-from them. The kubelet plugin that prepares the devices is not built yet,
-so pods scheduled on them do not start.`,
+from them; "gpuslice dra-driver" publishes them itself and prepares the
+devices pods are given.`,
 		Example: "  gpuslice dra slices --simulate dgx-a100 --node gpu-1 | kubectl apply -f -",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -127,7 +127,7 @@ func SpecFor(claim api.Claim, node string, host Host) (*specs.Spec, error) {
 	if claim.Allocation == nil {
 		return nil, fmt.Errorf("claim %s is not allocated", claim.ID)
 	}
-	nodes := []string{"/dev/nvidiactl", "/dev/nvidia-uvm"}
+	nodes := slices.Clone(ControlNodes)
 	var mounts []*specs.Mount
 	n := 0
 	for _, d := range claim.Allocation.Devices {
@@ -138,24 +138,11 @@ func SpecFor(claim api.Claim, node string, host Host) (*specs.Spec, error) {
 		if alloc.IsPlanned(d.Device) {
 			return nil, fmt.Errorf("claim %s: device %s: %w", claim.ID, d.Device, ErrNotCreated)
 		}
-		g, in := find(host.GPUs, d.GPU, d.Device)
-		if g == nil {
-			return nil, fmt.Errorf("claim %s: device %s is not on this host: %w", claim.ID, d.Device, gpu.ErrNotFound)
+		dn, err := DeviceNodes(host, d.GPU, d.Device)
+		if err != nil {
+			return nil, fmt.Errorf("claim %s: %w", claim.ID, err)
 		}
-		minor := g.Index
-		if m, ok := host.Minors[g.UUID]; ok {
-			minor = m
-		}
-		nodes = append(nodes, "/dev/nvidia"+strconv.Itoa(minor))
-		if in != nil && host.MIGMinors != nil {
-			gi := fmt.Sprintf("gpu%d/gi%d/access", minor, in.GIID)
-			ci := fmt.Sprintf("gpu%d/gi%d/ci%d/access", minor, in.GIID, in.CIID)
-			for _, name := range []string{gi, ci} {
-				if m, ok := host.MIGMinors[name]; ok {
-					nodes = append(nodes, "/dev/nvidia-caps/nvidia-cap"+strconv.Itoa(m))
-				}
-			}
-		}
+		nodes = append(nodes, dn...)
 		if d.MPS != nil {
 			// The pipe directory is bind-mounted into the container: only
 			// one of alloc.MPSPipeRoot's, never a path a claim chose.
@@ -191,6 +178,37 @@ func SpecFor(claim api.Claim, node string, host Host) (*specs.Spec, error) {
 	}
 	spec.Version = v
 	return spec, nil
+}
+
+// ControlNodes are the device nodes every CUDA process needs besides its
+// GPUs' own.
+var ControlNodes = []string{"/dev/nvidiactl", "/dev/nvidia-uvm"}
+
+// DeviceNodes lists the device nodes of one device (a GPU, or a MIG
+// instance of parent, by uuid): /dev/nvidia<minor> of the GPU and, for a
+// MIG instance, its GPU- and compute-instance access capabilities where
+// host.MIGMinors lists them. A device host does not have is an error
+// (gpu.ErrNotFound).
+func DeviceNodes(host Host, parent, device string) ([]string, error) {
+	g, in := find(host.GPUs, parent, device)
+	if g == nil {
+		return nil, fmt.Errorf("device %s is not on this host: %w", device, gpu.ErrNotFound)
+	}
+	minor := g.Index
+	if m, ok := host.Minors[g.UUID]; ok {
+		minor = m
+	}
+	nodes := []string{"/dev/nvidia" + strconv.Itoa(minor)}
+	if in != nil && host.MIGMinors != nil {
+		gi := fmt.Sprintf("gpu%d/gi%d/access", minor, in.GIID)
+		ci := fmt.Sprintf("gpu%d/gi%d/ci%d/access", minor, in.GIID, in.CIID)
+		for _, name := range []string{gi, ci} {
+			if m, ok := host.MIGMinors[name]; ok {
+				nodes = append(nodes, "/dev/nvidia-caps/nvidia-cap"+strconv.Itoa(m))
+			}
+		}
+	}
+	return nodes, nil
 }
 
 // find looks a device up: a whole GPU by uuid, or a MIG instance (by uuid)

@@ -25,11 +25,24 @@ func Write(dir string, spec *specs.Spec) (string, error) {
 	return path, err
 }
 
+// WriteFile stores a spec of any number of devices as
+// <dir>/gpuslice-<name>.yaml, as Write does (atomic, only when changed,
+// validated first). name must be a CDI device name (see Path). The DRA
+// driver writes one such file per ResourceClaim.
+func WriteFile(dir, name string, spec *specs.Spec) (string, error) {
+	path, _, err := writeNamed(dir, name, spec)
+	return path, err
+}
+
 func write(dir string, spec *specs.Spec) (path string, changed bool, err error) {
 	id, err := claimOf(spec)
 	if err != nil {
 		return "", false, err
 	}
+	return writeNamed(dir, id, spec)
+}
+
+func writeNamed(dir, id string, spec *specs.Spec) (path string, changed bool, err error) {
 	data, err := yaml.Marshal(spec)
 	if err != nil {
 		return "", false, err

@@ -8,5 +8,5 @@
 // NVIDIA's placement rules allow (internal/mig). Slices is pure; the
 // tests create its output on a real kube-apiserver and let the stock
 // scheduler allocate from it. The kubelet plugin side (prepare, CDI, MPS)
-// is not built yet.
+// is internal/k8s/draplugin.
 package dradriver

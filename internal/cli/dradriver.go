@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuslice/gpuslice/internal/agent/cdi"
+	"github.com/gpuslice/gpuslice/internal/agent/mps"
+	"github.com/gpuslice/gpuslice/internal/agent/watchdog"
+	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
+	"github.com/gpuslice/gpuslice/internal/k8s/scalezero"
+)
+
+// draDriverCmd runs the node side of the DRA driver: the kubelet plugin.
+func draDriverCmd(e *env) *cobra.Command {
+	var (
+		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen string
+		watchInterval, memoryGrace                                                                                time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "dra-driver",
+		Short: "Run the DRA kubelet plugin of " + dradriver.DriverName + " on this node (prepare claims: MIG, MPS, CDI)",
+		Long: `Runs gpuslice's DRA driver on one Kubernetes node, as a DaemonSet pod would: it registers
+with the kubelet through the plugin registration socket, serves the DRA gRPC service, and
+publishes the node's GPUs as ResourceSlices (what "gpuslice dra slices" prints). When the
+kubelet prepares a claim the stock scheduler allocated, it creates the MIG instance at the
+allocated placement (turning MIG on or off as the device needs), starts or joins the MPS control
+daemon of an MPS device, and writes a CDI spec whose edits carry the device nodes,
+CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, the MPS pipe directory and CUDA_MPS_* limits;
+unprepare undoes it. Opaque parameters for ` + dradriver.DriverName + ` may be NVIDIA's GpuConfig /
+MigDeviceConfig (sharing.strategy TimeSlicing or MPS) or gpuslice's SliceConfig.
+
+Every prepare is recorded in a checkpoint in --state-dir before the hardware changes and after;
+a driver restarted mid-prepare adopts the MIG instance and MPS daemon it finds. The memory
+watchdog of "gpuslice agent" runs over the prepared claims, and /metrics on --metrics-listen
+exports gpuslice_slice_* per claim with namespace, pod and claim labels.
+
+Without an NVIDIA driver (or with --simulate) it runs on simulated GPUs whose MIG layout is kept
+in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
+		Example: "  gpuslice dra-driver --node $NODE_NAME\n  gpuslice dra-driver --simulate dgx-a100 --node gpu-1 --kubeconfig ~/.kube/config --state-dir /tmp/dra --registrar-dir /tmp/dra/reg --cdi-dir /tmp/dra/cdi",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if node == "" {
+				return errors.New("--node: the Kubernetes node name is required (in a pod: the downward API's spec.nodeName)")
+			}
+			if watchInterval <= 0 {
+				return fmt.Errorf("--watch-interval %s: want a positive duration, e.g. 10s", watchInterval)
+			}
+			log := slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			rest, _, err := scalezero.KubeConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			dev, why, err := openDeviceFor(simulate, node, log, filepath.Join(stateDir, "simulated-gpus.json"))
+			if err != nil {
+				return err
+			}
+			log.Info(why)
+			cfg := draplugin.Config{Node: node, Device: dev, CDIDir: cdiDir, StateDir: stateDir, RegistrarDir: registrarDir,
+				MPSRoot: mpsRoot, MPSControl: mpsControl, Log: log, MemoryGrace: memoryGrace}
+			if m, ok := dev.(*fake.Machine); ok {
+				cfg.Kill = m.StopProcess
+			} else {
+				if !cmd.Flags().Changed("mps-control") {
+					cfg.MPSControl = mps.ControlBinary
+				}
+				cfg.Owner = watchdog.EnvOwner("")
+				cfg.Kill = func(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+				if mm, err := cdi.ReadMIGMinors(migMinors); err == nil {
+					cfg.MIGMinors = mm
+				} else if migMinors != "" || !errors.Is(err, os.ErrNotExist) {
+					return fmt.Errorf("--mig-minors: %w", err)
+				}
+			}
+			opts := draplugin.RunOptions{REST: rest, WatchInterval: watchInterval}
+			if metricsListen != "" {
+				ln, err := net.Listen("tcp", metricsListen)
+				if err != nil {
+					return fmt.Errorf("--metrics-listen %s: %w", metricsListen, err)
+				}
+				opts.Metrics = ln
+				log.Info("metrics", "addr", ln.Addr().String())
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return draplugin.Run(ctx, cfg, opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&node, "node", os.Getenv("NODE_NAME"), "the Kubernetes node name (default $NODE_NAME)")
+	f.StringVar(&simulate, "simulate", "", "a simulated machine (preset or YAML file) instead of the real GPUs")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&cdiDir, "cdi-dir", draplugin.DefaultCDIDir, "where CDI specs of prepared claims are written")
+	f.StringVar(&stateDir, "state-dir", draplugin.DefaultStateDir, "the plugin's directory: DRA socket, checkpoint, simulated GPUs' state")
+	f.StringVar(&registrarDir, "registrar-dir", draplugin.DefaultRegistrarDir, "the kubelet's plugin registration directory")
+	f.StringVar(&mpsRoot, "mps-root", "/run/gpuslice/mps", "host directory of the MPS pipe directories (containers see /run/gpuslice/mps/<device>)")
+	f.StringVar(&mpsControl, "mps-control", "", "the MPS control binary (default "+mps.ControlBinary+" on real GPUs; none on simulated ones)")
+	f.StringVar(&migMinors, "mig-minors", "", "the nvidia-caps mig-minors table (default "+cdi.DefaultMIGMinorsPath+" when present)")
+	f.StringVar(&metricsListen, "metrics-listen", ":9464", "address of /metrics (empty: none)")
+	f.DurationVar(&watchInterval, "watch-interval", 10*time.Second, "how often the memory watchdog reads the GPUs' processes")
+	f.DurationVar(&memoryGrace, "memory-grace", 30*time.Second, "how long a claim under memoryPolicy kill may stay over its memory")
+	return cmd
+}

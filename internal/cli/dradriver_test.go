@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
+)
+
+// `gpuslice dra-driver` wires the plugin to a real kube-apiserver: on
+// simulated GPUs (dgx-a100) on a ready Node it publishes the node's nine ResourceSlices
+// through the kubelet-plugin helper, opens the registration socket the
+// kubelet watches, and stops cleanly on cancel.
+func TestDRADriverCommand(t *testing.T) {
+	srv := apitest.Start(t)
+	if _, err := srv.CreateReadyNode(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "dracli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	kc := filepath.Join(dir, "kubeconfig")
+	b64 := base64.StdEncoding.EncodeToString
+	tc := srv.Config.TLSClientConfig
+	conf := fmt.Sprintf(`apiVersion: v1
+kind: Config
+current-context: t
+clusters: [{name: t, cluster: {server: %q, certificate-authority-data: %s}}]
+users: [{name: t, user: {client-certificate-data: %s, client-key-data: %s}}]
+contexts: [{name: t, context: {cluster: t, user: t}}]
+`, srv.URL, b64(tc.CAData), b64(tc.CertData), b64(tc.KeyData))
+	if err := os.WriteFile(kc, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	cmd := New(&out, &errOut)
+	cmd.SetArgs([]string{"dra-driver", "--simulate", "dgx-a100", "--node", "gpu-1", "--kubeconfig", kc,
+		"--state-dir", filepath.Join(dir, "state"), "--registrar-dir", filepath.Join(dir, "reg"), "--cdi-dir", filepath.Join(dir, "cdi"),
+		"--mps-root", filepath.Join(dir, "mps"), "--metrics-listen", "127.0.0.1:0"})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(runCtx) }()
+
+	gvr := schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceslices"}
+	for {
+		list, err := srv.Client.Resource(gvr).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=gpu-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sockErr := os.Stat(filepath.Join(dir, "reg", "gpu.gpuslice.dev-reg.sock"))
+		if len(list.Items) == 9 && sockErr == nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("dra-driver ended: %v\n%s", err, errOut.String())
+		case <-ctx.Done():
+			t.Fatalf("%d slices published, socket: %v\n%s", len(list.Items), sockErr, errOut.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("dra-driver after cancel: %v", err)
+	}
+	if !strings.Contains(errOut.String(), "gpuslice DRA driver started") {
+		t.Fatalf("log: %s", errOut.String())
+	}
+
+	cmd = New(&out, &errOut)
+	cmd.SetArgs([]string{"dra-driver", "--node", ""})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--node") {
+		t.Fatalf("without a node: %v", err)
+	}
+}

@@ -1,0 +1,614 @@
+package draplugin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/gpuslice/gpuslice/internal/agent"
+	"github.com/gpuslice/gpuslice/internal/agent/cdi"
+	"github.com/gpuslice/gpuslice/internal/agent/mps"
+	"github.com/gpuslice/gpuslice/internal/agent/watchdog"
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+)
+
+// Default paths on a node.
+const (
+	DefaultCDIDir       = kubeletplugin.DefaultCDIDir
+	DefaultRegistrarDir = kubeletplugin.KubeletRegistryDir
+)
+
+// DefaultStateDir is where the kubelet expects the driver's socket, and
+// where the checkpoint lives.
+var DefaultStateDir = filepath.Join(kubeletplugin.KubeletPluginsDir, dradriver.DriverName)
+
+// Steps the driver reports to Config.Observe after each effect of a
+// prepare, in order.
+const (
+	StepIntent     = "intent-saved" // the claim's plan is in the checkpoint (state preparing)
+	StepMIGCreated = "mig-created"  // a MIG instance was created
+	StepMPSReady   = "mps-ready"    // the claim's MPS daemons run
+	StepCDIWritten = "cdi-written"  // the claim's CDI spec is written
+	StepPrepared   = "checkpointed" // the claim is in the checkpoint as prepared
+	StepUnprepared = "unprepared"   // the claim is gone from the checkpoint
+)
+
+// Config configures a Driver. Node, Device and (for Start) Kube are
+// required; the rest has defaults.
+type Config struct {
+	// Node is the Kubernetes node name; the driver's pool is named after it.
+	Node   string
+	Device gpu.Device
+	Kube   kubernetes.Interface
+	// CDIDir receives a CDI spec per prepared claim (default /var/run/cdi).
+	CDIDir string
+	// StateDir holds the DRA socket and the checkpoint (default
+	// /var/lib/kubelet/plugins/gpu.gpuslice.dev); RegistrarDir the
+	// registration socket the kubelet watches (default
+	// /var/lib/kubelet/plugins_registry).
+	StateDir, RegistrarDir string
+	// MPSRoot is the host directory of the MPS pipe directories (default
+	// alloc.MPSPipeRoot); containers see each at alloc.MPSPipeRoot/<device>.
+	MPSRoot string
+	// MPSControl is the MPS control binary; "" runs no daemons (simulated
+	// GPUs: the pipe directory is made, the environment set). MPSRunner
+	// runs it (default mps.ExecRunner).
+	MPSControl string
+	MPSRunner  mps.Runner
+	// MIGMinors is the nvidia-caps table for MIG device nodes (nil: left
+	// out of the CDI edits).
+	MIGMinors cdi.MIGMinors
+	// Sharing decodes opaque parameters (default MinimalSharingDecoder).
+	Sharing SharingDecoder
+	Catalog *catalog.Catalog
+	Log     *slog.Logger
+	Clock   func() time.Time
+	// Observe, when set, is called after each step of a prepare (Step*)
+	// with the claim's uid; a test stops the process there to simulate a
+	// crash.
+	Observe func(step, claimUID string)
+
+	// Memory watchdog (Watch): Owner tells which claim a process on a
+	// shared device belongs to (real hosts: watchdog.EnvOwner("")); Kill
+	// ends one under memoryPolicy kill (nil: warn only) after MemoryGrace
+	// (default 30s).
+	Owner       watchdog.PIDOwner
+	Kill        func(pid int) error
+	MemoryGrace time.Duration
+}
+
+// Driver is gpuslice's DRA kubelet plugin: it publishes the node's
+// devices and prepares and unprepares claims. It implements
+// kubeletplugin.DRAPlugin.
+type Driver struct {
+	cfg    Config
+	slices []resourceapi.ResourceSlice
+	table  map[string]deviceInfo
+	mps    *mps.Manager // nil: no daemons
+	models map[int]*catalog.GPU
+
+	mu     sync.Mutex
+	claims map[string]*claimRecord // the checkpoint's content
+	watch  *watchdog.Watcher
+	enf    *watchdog.Enforcer
+	usage  map[string]claimUsage
+	// lastWatch is when Watch last ran.
+	lastWatch time.Time
+	helper    *kubeletplugin.Helper
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// New reads the node's GPUs, computes the slices it publishes
+// (dradriver.Slices) and loads the checkpoint. It starts nothing.
+func New(ctx context.Context, cfg Config) (*Driver, error) {
+	if cfg.Node == "" || cfg.Device == nil {
+		return nil, errors.New("draplugin: Node and Device are required")
+	}
+	cfg.CDIDir = cmp.Or(cfg.CDIDir, DefaultCDIDir)
+	cfg.StateDir = cmp.Or(cfg.StateDir, DefaultStateDir)
+	cfg.RegistrarDir = cmp.Or(cfg.RegistrarDir, DefaultRegistrarDir)
+	cfg.MPSRoot = cmp.Or(cfg.MPSRoot, alloc.MPSPipeRoot)
+	if cfg.Sharing == nil {
+		cfg.Sharing = MinimalSharingDecoder
+	}
+	if cfg.Catalog == nil {
+		cfg.Catalog = catalog.Default()
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.MemoryGrace <= 0 {
+		cfg.MemoryGrace = 30 * time.Second
+	}
+	if cfg.Observe == nil {
+		cfg.Observe = func(string, string) {}
+	}
+	gpus, err := cfg.Device.GPUs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing GPUs: %w", err)
+	}
+	inv, err := agent.Inventory(cfg.Node, gpus)
+	if err != nil {
+		return nil, err
+	}
+	sl, err := dradriver.Slices(inv, 0, cfg.Device.Info().DriverVersion, cfg.Catalog)
+	if err != nil {
+		return nil, err
+	}
+	table, err := deviceTable(sl)
+	if err != nil {
+		return nil, err
+	}
+	claims, err := loadCheckpoint(filepath.Join(cfg.StateDir, CheckpointFile), cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{cfg: cfg, slices: sl, table: table, claims: claims, models: map[int]*catalog.GPU{},
+		enf: watchdog.NewEnforcer(0), usage: map[string]claimUsage{}}
+	for _, g := range inv.GPUs {
+		if m, err := cfg.Catalog.GPU(g.Model); err == nil {
+			d.models[g.Index] = m
+		}
+	}
+	if cfg.MPSControl != "" {
+		d.mps = mps.NewManager(mps.Config{Runner: cfg.MPSRunner, Binary: cfg.MPSControl, Compute: cfg.Device,
+			Root: cfg.MPSRoot, Clock: cfg.Clock, Log: cfg.Log})
+	}
+	owner := cfg.Owner
+	if owner == nil {
+		owner = func(int) (string, bool) { return "", false }
+	}
+	ignore := func(int) bool { return false }
+	if d.mps != nil {
+		ignore = func(pid int) bool { _, ok := d.mps.ServerPIDs()[pid]; return ok }
+	}
+	d.watch = watchdog.New(watchdog.Config{Clock: cfg.Clock, Owner: owner, Ignore: ignore})
+	return d, nil
+}
+
+// Slices are the ResourceSlices the driver publishes (names are the
+// helper's).
+func (d *Driver) Slices() []resourceapi.ResourceSlice { return d.slices }
+
+// Start adopts what the checkpoint says runs (the MPS daemons of prepared
+// claims; stray daemons under MPSRoot are stopped), then registers with
+// the kubelet, serves the DRA gRPC service and publishes the slices.
+func (d *Driver) Start(ctx context.Context) error {
+	if d.cfg.Kube == nil {
+		return errors.New("draplugin: Start needs a Kubernetes client")
+	}
+	d.mu.Lock()
+	if err := d.reconcileMPS(ctx, nil); err != nil {
+		d.cfg.Log.Warn("MPS daemons at start", "err", err)
+	}
+	d.mu.Unlock()
+	for _, dir := range []string{d.cfg.StateDir, d.cfg.RegistrarDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return err
+		}
+	}
+	h, err := kubeletplugin.Start(ctx, d,
+		kubeletplugin.DriverName(dradriver.DriverName),
+		kubeletplugin.NodeName(d.cfg.Node),
+		kubeletplugin.KubeClient(d.cfg.Kube),
+		kubeletplugin.PluginDataDirectoryPath(d.cfg.StateDir),
+		kubeletplugin.RegistrarDirectoryPath(d.cfg.RegistrarDir),
+		kubeletplugin.CDIDirectory(d.cfg.CDIDir),
+	)
+	if err != nil {
+		return fmt.Errorf("starting the kubelet plugin: %w", err)
+	}
+	d.helper = h
+	pool := resourceslice.Pool{}
+	for _, s := range d.slices {
+		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: s.Spec.Devices, SharedCounters: s.Spec.SharedCounters})
+	}
+	if err := h.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.cfg.Node: pool}}); err != nil {
+		h.Stop()
+		return fmt.Errorf("publishing ResourceSlices: %w", err)
+	}
+	d.cfg.Log.Info("gpuslice DRA driver started", "driver", dradriver.DriverName, "node", d.cfg.Node,
+		"devices", len(d.table), "prepared", len(d.claims), "socket", filepath.Join(d.cfg.StateDir, "dra.sock"))
+	return nil
+}
+
+// Stop stops serving (prepared claims stay as they are).
+func (d *Driver) Stop() {
+	if d.helper != nil {
+		d.helper.Stop()
+	}
+}
+
+// HandleError logs background errors (publishing slices, gRPC); none is
+// fatal to the node's running claims.
+func (d *Driver) HandleError(_ context.Context, err error, msg string) {
+	d.cfg.Log.Error(msg, "err", err, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
+}
+
+// WatchHealthStatus: health goes through device taints (not here yet).
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
+// PrepareResourceClaims prepares each claim (see Prepare).
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, c := range claims {
+		devs, err := d.Prepare(ctx, c)
+		if err != nil {
+			d.cfg.Log.Error("prepare", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "err", err)
+		}
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
+	}
+	return out, nil
+}
+
+// UnprepareResourceClaims unprepares each claim (see Unprepare).
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		err := d.Unprepare(ctx, string(c.UID))
+		if err != nil {
+			d.cfg.Log.Error("unprepare", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "err", err)
+		}
+		out[c.UID] = err
+	}
+	return out, nil
+}
+
+// Prepare makes a claim's devices usable and returns their CDI devices.
+// A claim already prepared gets the same answer again. Otherwise its plan
+// (planClaim) is saved in the checkpoint first, then made true: MIG mode
+// and the instance at the allocated placement (an instance found there is
+// adopted: a driver killed after creating it left it behind), whole GPUs
+// out of MIG mode, compute modes, the MPS daemon of each MPS device
+// (started, or joined when running), the CDI spec; the checkpoint then
+// records the claim as prepared.
+func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	uid := string(claim.UID)
+	if rec := d.claims[uid]; rec != nil && rec.State == statePrepared {
+		return d.result(*rec)
+	}
+	rec, err := planClaim(claim, d.cfg.Node, d.table, d.cfg.Sharing)
+	if err != nil {
+		return nil, err
+	}
+	if err := conflict(rec, d.claims); err != nil {
+		return nil, err
+	}
+	if old := d.claims[uid]; old != nil {
+		d.cfg.Log.Info("finishing a prepare begun before", "claim", rec.Namespace+"/"+rec.Name, "uid", uid)
+	}
+	d.claims[uid] = &rec
+	if err := d.save(); err != nil {
+		return nil, err
+	}
+	d.cfg.Observe(StepIntent, uid)
+	gpus, err := d.cfg.Device.GPUs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rec.Devices {
+		dev := &rec.Devices[i]
+		if dev.Type == dradriver.TypeMIG {
+			if gpus, err = d.migInstance(ctx, gpus, uid, dev); err != nil {
+				return nil, fmt.Errorf("claim %s/%s: device %s: %w", rec.Namespace, rec.Name, dev.Device, err)
+			}
+		} else if gpus, err = d.wholeGPU(ctx, gpus, uid, *dev); err != nil {
+			return nil, fmt.Errorf("claim %s/%s: device %s: %w", rec.Namespace, rec.Name, dev.Device, err)
+		}
+		if dev.Mode == alloc.MPS {
+			if dev.PipeDir, _, err = pipeDirs(d.cfg.MPSRoot, dev.ID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := d.save(); err != nil { // the instances' uuids
+		return nil, err
+	}
+	if err := d.reconcileMPS(ctx, &rec); err != nil {
+		return nil, fmt.Errorf("claim %s/%s: %w", rec.Namespace, rec.Name, err)
+	}
+	if slices.ContainsFunc(rec.Devices, func(dev preparedDevice) bool { return dev.Mode == alloc.MPS }) {
+		d.cfg.Observe(StepMPSReady, uid)
+	}
+	if gpus, err = d.cfg.Device.GPUs(ctx); err != nil {
+		return nil, err
+	}
+	spec, _, err := cdiSpec(rec, cdi.Host{GPUs: gpus, MIGMinors: d.cfg.MIGMinors})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cdi.WriteFile(d.cfg.CDIDir, specName(uid), spec); err != nil {
+		return nil, fmt.Errorf("claim %s/%s: writing the CDI spec: %w", rec.Namespace, rec.Name, err)
+	}
+	d.cfg.Observe(StepCDIWritten, uid)
+	rec.State = statePrepared
+	if err := d.save(); err != nil {
+		return nil, err
+	}
+	d.cfg.Observe(StepPrepared, uid)
+	d.cfg.Log.Info("prepared", "claim", rec.Namespace+"/"+rec.Name, "uid", uid, "devices", len(rec.Devices))
+	return d.result(rec)
+}
+
+// result is a prepared claim's answer to the kubelet.
+func (d *Driver) result(rec claimRecord) ([]kubeletplugin.Device, error) {
+	var out []kubeletplugin.Device
+	for _, dev := range rec.Devices {
+		kd := kubeletplugin.Device{Requests: []string{dev.Request}, PoolName: dev.Pool, DeviceName: dev.Device,
+			CDIDeviceIDs: []string{cdiID(rec.UID, dev.Device)}}
+		if dev.ShareID != "" {
+			id := types.UID(dev.ShareID)
+			kd.ShareID = &id
+		}
+		out = append(out, kd)
+	}
+	return out, nil
+}
+
+// gpuAt finds a GPU by index.
+func gpuAt(gpus []gpu.GPU, index int) (*gpu.GPU, error) {
+	for i := range gpus {
+		if gpus[i].Index == index {
+			return &gpus[i], nil
+		}
+	}
+	return nil, fmt.Errorf("GPU %d: %w", index, gpu.ErrNotFound)
+}
+
+// wholeGPU readies a GPU to be used whole (exclusive, time-sliced or by
+// MPS): out of MIG mode (idle instances no claim holds are destroyed
+// first) and, unless MPS sets it, in the default compute mode.
+func (d *Driver) wholeGPU(ctx context.Context, gpus []gpu.GPU, uid string, dev preparedDevice) ([]gpu.GPU, error) {
+	g, err := gpuAt(gpus, dev.GPUIndex)
+	if err != nil {
+		return gpus, err
+	}
+	if g.UUID != dev.GPU {
+		return gpus, fmt.Errorf("GPU %d is %s, the slices named %s", dev.GPUIndex, g.UUID, dev.GPU)
+	}
+	changed := false
+	if g.MIGEnabled {
+		for _, in := range g.Instances {
+			if holder := d.holderOf(uid, dev.GPU, in.Profile, in.Start); holder != "" {
+				return gpus, fmt.Errorf("MIG instance %s@%d on GPU %d is held by claim %s", in.Profile, in.Start, g.Index, holder)
+			}
+			if err := d.cfg.Device.DestroyInstance(ctx, g.Index, in.UUID); err != nil && !errors.Is(err, gpu.ErrNotFound) {
+				return gpus, fmt.Errorf("destroying idle MIG instance %s to use the GPU whole: %w", in.UUID, err)
+			}
+		}
+		if err := d.cfg.Device.SetMIGMode(ctx, g.Index, false); err != nil {
+			return gpus, fmt.Errorf("turning MIG off: %w", err)
+		}
+		changed = true
+	}
+	if dev.Mode != alloc.MPS && g.ComputeMode != gpu.ComputeDefault {
+		if err := d.cfg.Device.SetComputeMode(ctx, g.Index, gpu.ComputeDefault); err != nil {
+			return gpus, fmt.Errorf("setting the default compute mode: %w", err)
+		}
+		changed = true
+	}
+	if changed {
+		return d.cfg.Device.GPUs(ctx)
+	}
+	return gpus, nil
+}
+
+// migInstance makes the MIG instance at dev's placement exist: MIG mode
+// on, then the instance found there adopted, or created. Idle instances
+// no claim holds are destroyed when they are in the way.
+func (d *Driver) migInstance(ctx context.Context, gpus []gpu.GPU, uid string, dev *preparedDevice) ([]gpu.GPU, error) {
+	g, err := gpuAt(gpus, dev.GPUIndex)
+	if err != nil {
+		return gpus, err
+	}
+	if g.UUID != dev.GPU {
+		return gpus, fmt.Errorf("GPU %d is %s, the slices named %s", dev.GPUIndex, g.UUID, dev.GPU)
+	}
+	if !g.MIGEnabled {
+		if err := d.cfg.Device.SetMIGMode(ctx, g.Index, true); err != nil {
+			return gpus, fmt.Errorf("turning MIG on: %w", err)
+		}
+		if gpus, err = d.cfg.Device.GPUs(ctx); err != nil {
+			return gpus, err
+		}
+		if g, err = gpuAt(gpus, dev.GPUIndex); err != nil {
+			return gpus, err
+		}
+	}
+	for _, in := range g.Instances {
+		if in.Profile == dev.Profile && in.Start == dev.Start {
+			dev.ID = in.UUID
+			d.cfg.Log.Info("adopted MIG instance", "gpu", g.Index, "profile", in.Profile, "start", in.Start, "uuid", in.UUID, "claim", uid)
+			return gpus, nil
+		}
+	}
+	in, err := d.cfg.Device.CreateInstance(ctx, g.Index, dev.Profile, dev.Start)
+	if errors.Is(err, gpu.ErrPlacement) {
+		// Something idle is in the way (left by a claim whose teardown
+		// failed, or made by hand): clear what no claim holds, once.
+		for _, other := range g.Instances {
+			if d.holderOf(uid, dev.GPU, other.Profile, other.Start) != "" {
+				continue
+			}
+			if derr := d.cfg.Device.DestroyInstance(ctx, g.Index, other.UUID); derr == nil {
+				d.cfg.Log.Info("destroyed an idle MIG instance in the way", "gpu", g.Index, "instance", other.Profile, "start", other.Start)
+			}
+		}
+		in, err = d.cfg.Device.CreateInstance(ctx, g.Index, dev.Profile, dev.Start)
+	}
+	if err != nil {
+		return gpus, fmt.Errorf("creating MIG %s at start %d on GPU %d: %w", dev.Profile, dev.Start, g.Index, err)
+	}
+	dev.ID = in.UUID
+	d.cfg.Log.Info("created MIG instance", "gpu", g.Index, "profile", in.Profile, "start", in.Start, "uuid", in.UUID, "claim", uid)
+	d.cfg.Observe(StepMIGCreated, uid)
+	return d.cfg.Device.GPUs(ctx)
+}
+
+// holderOf names the claim other than uid that holds a MIG placement on
+// gpuUUID (or the GPU whole), "" when none does.
+func (d *Driver) holderOf(uid, gpuUUID, profile string, start int) string {
+	probe := preparedDevice{deviceInfo: deviceInfo{Type: dradriver.TypeMIG, GPU: gpuUUID, Profile: profile, Start: start}}
+	for _, r := range sortedRecords(d.claims) {
+		if r.UID == uid {
+			continue
+		}
+		for _, od := range r.Devices {
+			if overlaps(probe, od) {
+				return r.Namespace + "/" + r.Name
+			}
+		}
+	}
+	return ""
+}
+
+// wantDaemons lists one MPS daemon per device that a claim in the
+// checkpoint uses with MPS (plus extra, being prepared).
+func (d *Driver) wantDaemons(extra *claimRecord) []mps.Daemon {
+	seen := map[string]bool{}
+	var out []mps.Daemon
+	add := func(r *claimRecord) {
+		for _, dev := range r.Devices {
+			if dev.Mode != alloc.MPS || dev.ID == "" || dev.PipeDir == "" || seen[dev.ID] {
+				continue
+			}
+			seen[dev.ID] = true
+			out = append(out, mps.Daemon{Device: dev.ID, GPU: dev.GPU, GPUIndex: dev.GPUIndex,
+				MIG: dev.Type == dradriver.TypeMIG, PipeDir: dev.PipeDir, LogDir: filepath.Join(dev.PipeDir, "log")})
+		}
+	}
+	for _, r := range sortedRecords(d.claims) {
+		add(r)
+	}
+	if extra != nil {
+		add(extra)
+	}
+	return out
+}
+
+// reconcileMPS makes the MPS daemons match the claims: started or joined
+// for every MPS device, stopped where the last claim left. Without a
+// control binary (simulated GPUs) the pipe directories are only made. An
+// error is returned for extra's devices; others' are logged.
+func (d *Driver) reconcileMPS(ctx context.Context, extra *claimRecord) error {
+	want := d.wantDaemons(extra)
+	if d.mps == nil {
+		for _, w := range want {
+			if err := os.MkdirAll(w.LogDir, 0o755); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	rep, err := d.mps.Reconcile(ctx, want)
+	for _, s := range rep.Started {
+		d.cfg.Log.Info("MPS daemon started", "device", s)
+	}
+	for _, s := range rep.Adopted {
+		d.cfg.Log.Info("MPS daemon adopted", "device", s)
+	}
+	for _, s := range rep.Stopped {
+		d.cfg.Log.Info("MPS daemon stopped (no claim uses it)", "device", s)
+	}
+	if err == nil || extra == nil {
+		if err != nil {
+			d.cfg.Log.Warn("MPS daemons", "err", err)
+		}
+		return nil
+	}
+	var mine []error
+	for _, f := range rep.Failed {
+		if slices.ContainsFunc(extra.Devices, func(dev preparedDevice) bool { return dev.ID == f.Device }) {
+			mine = append(mine, fmt.Errorf("MPS daemon for %s: %w", f.Device, f.Err))
+		}
+	}
+	for _, r := range rep.Restarted {
+		if r.Err != nil && slices.ContainsFunc(extra.Devices, func(dev preparedDevice) bool { return dev.ID == r.Device }) {
+			mine = append(mine, fmt.Errorf("MPS daemon for %s: %w", r.Device, r.Err))
+		}
+	}
+	if len(mine) == 0 {
+		d.cfg.Log.Warn("MPS daemons", "err", err)
+	}
+	return errors.Join(mine...)
+}
+
+// Unprepare undoes a claim: its CDI spec removed, its MIG instances
+// destroyed (unless another claim holds the placement), its MPS daemon
+// stopped when it was the last client claim, and the claim dropped from
+// the checkpoint. A claim the driver does not know is already unprepared.
+// A claim whose prepare did not finish is torn down the same way, its MIG
+// instance found by placement when its uuid was never recorded.
+func (d *Driver) Unprepare(ctx context.Context, uid string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rec := d.claims[uid]
+	if rec == nil {
+		return nil
+	}
+	if err := cdi.Remove(d.cfg.CDIDir, specName(uid)); err != nil {
+		return fmt.Errorf("claim %s/%s: removing the CDI spec: %w", rec.Namespace, rec.Name, err)
+	}
+	gpus, err := d.cfg.Device.GPUs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, dev := range rec.Devices {
+		if dev.Type != dradriver.TypeMIG || d.holderOf(uid, dev.GPU, dev.Profile, dev.Start) != "" {
+			continue
+		}
+		g, err := gpuAt(gpus, dev.GPUIndex)
+		if err != nil {
+			continue // the GPU is gone: nothing to destroy
+		}
+		for _, in := range g.Instances {
+			if in.Profile != dev.Profile || in.Start != dev.Start || (dev.ID != "" && in.UUID != dev.ID) {
+				continue
+			}
+			if err := d.cfg.Device.DestroyInstance(ctx, g.Index, in.UUID); err != nil && !errors.Is(err, gpu.ErrNotFound) {
+				return fmt.Errorf("claim %s/%s: destroying MIG instance %s: %w", rec.Namespace, rec.Name, in.UUID, err)
+			}
+			d.cfg.Log.Info("destroyed MIG instance", "gpu", g.Index, "profile", in.Profile, "start", in.Start, "claim", rec.Namespace+"/"+rec.Name)
+		}
+	}
+	delete(d.claims, uid)
+	delete(d.usage, uid)
+	if err := d.reconcileMPS(ctx, nil); err != nil {
+		d.cfg.Log.Warn("MPS daemons after unprepare", "err", err)
+	}
+	if err := d.save(); err != nil {
+		d.claims[uid] = rec // try again next time
+		return err
+	}
+	d.cfg.Observe(StepUnprepared, uid)
+	d.cfg.Log.Info("unprepared", "claim", rec.Namespace+"/"+rec.Name, "uid", uid)
+	return nil
+}
+
+func (d *Driver) save() error {
+	return saveCheckpoint(filepath.Join(d.cfg.StateDir, CheckpointFile), d.cfg.Node, d.claims)
+}

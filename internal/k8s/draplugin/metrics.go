@@ -1,0 +1,245 @@
+package draplugin
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpuslice/gpuslice/internal/agent/watchdog"
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/mig"
+)
+
+// claimUsage is what the watchdog measured for a claim: memory now, SM
+// activity over the last interval and running totals.
+type claimUsage struct {
+	MemoryMiB        int64
+	SMRatio          float64 // of a whole GPU, over the last interval; -1 when not measured
+	GPUSeconds       float64
+	MemoryMiBSeconds float64
+}
+
+// Watch runs the memory watchdog once over the prepared claims (the
+// standalone agent's watchdog.Watcher and Enforcer): every process on a
+// claim's devices is attributed to a claim, usage is accumulated for the
+// metrics, and a claim over its memory is warned about, or under
+// memoryPolicy kill has its largest processes killed after the grace
+// period. It returns the events (also logged).
+func (d *Driver) Watch(ctx context.Context) []api.Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	claims := d.apiClaims()
+	start := d.cfg.Clock()
+	res := d.watch.Watch(ctx, d.cfg.Device, claims, d.cfg.Node)
+	for _, err := range res.Errors {
+		d.cfg.Log.Warn("watchdog", "err", err)
+	}
+	dt := d.lastWatchInterval(start)
+	for _, u := range res.Usage {
+		cu := d.usage[u.Claim]
+		cu.MemoryMiB = u.MemoryMiB
+		cu.GPUSeconds += u.GPUSeconds
+		cu.MemoryMiBSeconds += u.MemoryMiBSeconds
+		cu.SMRatio = -1
+		if dt > 0 {
+			cu.SMRatio = u.SMSeconds / dt
+		}
+		d.usage[u.Claim] = cu
+	}
+	events := res.Events
+	events = append(events, d.enf.Enforce(ctx, res.Violations, d.cfg.Kill, d.cfg.MemoryGrace, d.cfg.Clock())...)
+	for _, ev := range events {
+		d.cfg.Log.Warn("watchdog: "+ev.Kind, "claim", ev.Claim, "message", ev.Message)
+	}
+	return events
+}
+
+// lastWatchInterval is the time since the previous Watch (0 the first time).
+func (d *Driver) lastWatchInterval(now time.Time) float64 {
+	prev := d.lastWatch
+	d.lastWatch = now
+	if prev.IsZero() {
+		return 0
+	}
+	return now.Sub(prev).Seconds()
+}
+
+// apiClaims turns the prepared claims into the watchdog's claims: the
+// claim's uid as its id (GPUSLICE_CLAIM in the CDI environment), the
+// namespace as its tenant, each device with the memory promised there.
+func (d *Driver) apiClaims() []api.Claim {
+	var out []api.Claim
+	for _, r := range sortedRecords(d.claims) {
+		if r.State != statePrepared {
+			continue
+		}
+		c := api.Claim{ID: r.UID, Tenant: r.Namespace, State: api.Running, Allocation: &alloc.Allocation{Claim: r.UID, Tenant: r.Namespace}}
+		for _, dev := range r.Devices {
+			if dev.MemoryPolicy != "" {
+				c.Spec.MemoryPolicy = dev.MemoryPolicy
+			}
+			c.Allocation.Devices = append(c.Allocation.Devices, alloc.Assigned{Request: dev.Request, Node: d.cfg.Node,
+				GPU: dev.GPU, Device: dev.ID, Profile: dev.Profile, Start: dev.Start, Mode: dev.Mode, MemoryMiB: dev.PromisedMiB})
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// sliceLabels are dcgm-exporter's label names (so the series join DCGM's
+// on UUID and GPU_I_ID), the claim's Kubernetes identity, and the DRA
+// request and device.
+var sliceLabels = []string{"UUID", "gpu", "modelName", "Hostname", "GPU_I_PROFILE", "GPU_I_ID",
+	"namespace", "pod", "claim", "request", "device"}
+
+var claimLabels = []string{"namespace", "pod", "claim"}
+
+var (
+	descMemAlloc = prometheus.NewDesc("gpuslice_slice_memory_allocated_bytes",
+		"GPU memory a prepared claim was given on one device: its consumed capacity on a shared GPU, else the device's memory.", sliceLabels, nil)
+	descMemLimit = prometheus.NewDesc("gpuslice_slice_memory_limit_bytes",
+		"The most GPU memory the slice's processes can hold: the MPS pinned-memory limit, the allocation under memoryPolicy kill, else the device's memory.", sliceLabels, nil)
+	descCompAlloc = prometheus.NewDesc("gpuslice_slice_compute_allocated_ratio",
+		"Compute given to the slice as a fraction of its whole GPU (the consumed compute share on a shared GPU, the instance's compute slices for MIG, 1 for a whole GPU).", sliceLabels, nil)
+	descCompLimit = prometheus.NewDesc("gpuslice_slice_compute_limit_ratio",
+		"The most compute the slice can use, as a fraction of its whole GPU: the MPS active-thread limit of its device, else the device.", sliceLabels, nil)
+	descMemUsed = prometheus.NewDesc("gpuslice_slice_memory_used_bytes",
+		"GPU memory the slice's processes use, at the watchdog's last pass (claims with one device on the node).", sliceLabels, nil)
+	descCompUsed = prometheus.NewDesc("gpuslice_slice_compute_used_ratio",
+		"SM activity of the slice's processes over the watchdog's last interval, as a fraction of its whole GPU (claims with one device, where the driver samples it).", sliceLabels, nil)
+	descClaimMem = prometheus.NewDesc("gpuslice_slice_claim_memory_used_bytes",
+		"GPU memory all processes of a claim use on this node.", claimLabels, nil)
+	descGPUSeconds = prometheus.NewDesc("gpuslice_slice_claim_gpu_seconds_total",
+		"Seconds a claim had a process on one of its devices, summed over its devices.", claimLabels, nil)
+	descMiBSeconds = prometheus.NewDesc("gpuslice_slice_claim_memory_mib_seconds_total",
+		"GPU memory a claim's processes held, integrated over time (MiB × seconds).", claimLabels, nil)
+)
+
+// Collector exports per-claim, per-device metrics of the prepared claims
+// (gpuslice_slice_*), read at scrape time.
+func (d *Driver) Collector() prometheus.Collector { return collector{d} }
+
+type collector struct{ d *Driver }
+
+func (collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, x := range []*prometheus.Desc{descMemAlloc, descMemLimit, descCompAlloc, descCompLimit, descMemUsed, descCompUsed, descClaimMem, descGPUSeconds, descMiBSeconds} {
+		ch <- x
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	d := c.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	gpus, err := d.cfg.Device.GPUs(context.Background())
+	giid := map[string]int{}
+	if err == nil {
+		for _, g := range gpus {
+			for _, in := range g.Instances {
+				giid[in.UUID] = in.GIID
+			}
+		}
+	}
+	for _, r := range sortedRecords(d.claims) {
+		if r.State != statePrepared {
+			continue
+		}
+		pod := strings.Join(r.Pods, ",")
+		u, measured := d.usage[r.UID]
+		for _, dev := range r.Devices {
+			model := d.models[dev.GPUIndex]
+			modelName := ""
+			if model != nil {
+				modelName = productName(model)
+			}
+			gi := ""
+			if id, ok := giid[dev.ID]; ok && dev.Type == dradriver.TypeMIG {
+				gi = strconv.Itoa(id)
+			}
+			labels := []string{dev.ID, strconv.Itoa(dev.GPUIndex), modelName, d.cfg.Node, dev.Profile, gi,
+				r.Namespace, pod, r.Name, dev.Request, dev.Device}
+			if dev.Type != dradriver.TypeMIG {
+				labels[0] = dev.GPU
+			}
+			gauge := func(desc *prometheus.Desc, v float64) {
+				ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+			}
+			devShare := d.deviceShare(dev)
+			gauge(descMemAlloc, float64(dev.PromisedMiB)*mib)
+			limit := dev.MemoryMiB
+			switch {
+			case dev.PinnedMiB > 0:
+				limit = dev.PinnedMiB
+			case watchdog.Policy(dev.MemoryPolicy) == watchdog.PolicyKill:
+				limit = dev.PromisedMiB
+			}
+			gauge(descMemLimit, float64(limit)*mib)
+			alloc := devShare
+			if dev.Type == dradriver.TypeShared {
+				alloc = float64(dev.ComputePercent) / 100
+			}
+			gauge(descCompAlloc, alloc)
+			climit := devShare
+			if dev.ThreadPercent > 0 {
+				climit = devShare * float64(dev.ThreadPercent) / 100
+			}
+			gauge(descCompLimit, climit)
+			if measured && len(r.Devices) == 1 {
+				gauge(descMemUsed, float64(u.MemoryMiB)*mib)
+				if u.SMRatio >= 0 {
+					gauge(descCompUsed, u.SMRatio)
+				}
+			}
+		}
+		if measured {
+			cl := []string{r.Namespace, pod, r.Name}
+			ch <- prometheus.MustNewConstMetric(descClaimMem, prometheus.GaugeValue, float64(u.MemoryMiB)*mib, cl...)
+			ch <- prometheus.MustNewConstMetric(descGPUSeconds, prometheus.CounterValue, u.GPUSeconds, cl...)
+			ch <- prometheus.MustNewConstMetric(descMiBSeconds, prometheus.CounterValue, u.MemoryMiBSeconds, cl...)
+		}
+	}
+}
+
+const mib = 1 << 20
+
+// productName is the name NVIDIA's tools print for a model
+// (dcgm-exporter's modelName).
+func productName(m *catalog.GPU) string {
+	if len(m.ProductNames) > 0 {
+		return m.ProductNames[0]
+	}
+	return m.Name
+}
+
+// deviceShare is a device's share of its whole GPU: 1 for a whole GPU,
+// the instance's compute slices over the GPU's for MIG.
+func (d *Driver) deviceShare(dev preparedDevice) float64 {
+	if dev.Type != dradriver.TypeMIG {
+		return 1
+	}
+	model := d.models[dev.GPUIndex]
+	if model == nil || model.MIG == nil {
+		return 0
+	}
+	geo, err := mig.New(model)
+	if err != nil {
+		return 0
+	}
+	p, err := geo.Profile(dev.Profile)
+	if err != nil || geo.ComputeSlices == 0 {
+		return 0
+	}
+	return float64(geo.Shapes[p].Compute) / float64(geo.ComputeSlices)
+}
+
+// String describes a claim's usage (for logs and tests).
+func (u claimUsage) String() string {
+	return fmt.Sprintf("%d MiB, %.0f GPU-s, %.0f MiB-s", u.MemoryMiB, u.GPUSeconds, u.MemoryMiBSeconds)
+}

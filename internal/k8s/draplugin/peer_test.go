@@ -1,0 +1,360 @@
+package draplugin_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"sigs.k8s.io/yaml"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+)
+
+// kubelet is a kubelet-side test peer: it finds the driver through the
+// plugin registration socket, as the kubelet's plugin watcher does
+// (GetInfo, then NotifyRegistrationStatus), and calls the v1 DRA gRPC
+// service on the endpoint the driver named, over real unix sockets.
+type kubelet struct {
+	t      *testing.T
+	conn   *grpc.ClientConn
+	client drapb.DRAPluginClient
+}
+
+// registerKubelet waits for the driver's registration socket in regDir and
+// registers it.
+func registerKubelet(t *testing.T, ctx context.Context, regDir string) *kubelet {
+	t.Helper()
+	sock := filepath.Join(regDir, dradriver.DriverName+"-reg.sock")
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no registration socket %s", sock)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	reg, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	rc := registerapi.NewRegistrationClient(reg)
+	info, err := rc.GetInfo(ctx, &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatalf("GetInfo: %v", err)
+	}
+	if info.Type != registerapi.DRAPlugin || info.Name != dradriver.DriverName || !slices.Contains(info.SupportedVersions, drapb.DRAPluginService) {
+		t.Fatalf("GetInfo = %+v: want a %s named %s serving %s", info, registerapi.DRAPlugin, dradriver.DriverName, drapb.DRAPluginService)
+	}
+	if _, err := rc.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("unix://"+info.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &kubelet{t: t, conn: conn, client: drapb.NewDRAPluginClient(conn)}
+}
+
+// prepare asks the driver to prepare claims, as the kubelet does for a
+// pod bound to its node, and returns each claim's answer.
+func (k *kubelet) prepare(ctx context.Context, claims ...*resourceapi.ResourceClaim) (map[string]*drapb.NodePrepareResourceResponse, error) {
+	req := &drapb.NodePrepareResourcesRequest{}
+	for _, c := range claims {
+		req.Claims = append(req.Claims, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
+	}
+	resp, err := k.client.NodePrepareResources(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Claims, nil
+}
+
+func (k *kubelet) unprepare(ctx context.Context, claims ...*resourceapi.ResourceClaim) map[string]*drapb.NodeUnprepareResourceResponse {
+	k.t.Helper()
+	req := &drapb.NodeUnprepareResourcesRequest{}
+	for _, c := range claims {
+		req.Claims = append(req.Claims, &drapb.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
+	}
+	resp, err := k.client.NodeUnprepareResources(ctx, req)
+	if err != nil {
+		k.t.Fatalf("NodeUnprepareResources: %v", err)
+	}
+	return resp.Claims
+}
+
+// cluster is a real kube-apiserver and the stock kube-scheduler with
+// gpuslice's DeviceClasses and one ready Node.
+type cluster struct {
+	t    *testing.T
+	ctx  context.Context
+	cs   *kubernetes.Clientset
+	srv  *apitest.Server
+	node string
+}
+
+func newCluster(t *testing.T, node string) *cluster {
+	srv := apitest.Start(t)
+	sched := apitest.StartScheduler(t, srv, apitest.SchedulerOptions{})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kube-scheduler log:\n%s", sched.Tail(4000))
+		}
+	})
+	cs, err := kubernetes.NewForConfig(srv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	t.Cleanup(cancel)
+	if err := srv.EnsureNamespace(ctx, "team-a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, dc := range dradriver.DeviceClasses() {
+		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")}
+	if _, err := srv.CreateReadyNode(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node},
+		Status: corev1.NodeStatus{Capacity: all, Allocatable: all}}); err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{t: t, ctx: ctx, cs: cs, srv: srv, node: node}
+}
+
+// waitSlices waits until n ResourceSlices of the driver exist for the node.
+func (c *cluster) waitSlices(n int) {
+	c.t.Helper()
+	for {
+		list, err := c.cs.ResourceV1().ResourceSlices().List(c.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + c.node})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if len(list.Items) == n {
+			return
+		}
+		select {
+		case <-c.ctx.Done():
+			c.t.Fatalf("%d ResourceSlices published for %s, want %d", len(list.Items), c.node, n)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// claimSpec is one claim of a test: a device class, a selector, a memory
+// request (shared GPUs) and the opaque parameters for gpu.gpuslice.dev.
+type claimSpec struct {
+	name, class, selector, memory string
+	params                        map[string]any
+}
+
+// claimPod creates the claim and a pod using it, and returns the claim once
+// the stock scheduler allocated it and bound the pod to the node.
+func (c *cluster) claimPod(s claimSpec) *resourceapi.ResourceClaim {
+	c.t.Helper()
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: s.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
+	if s.selector != "" {
+		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: s.selector}}}
+	}
+	if s.memory != "" {
+		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(s.memory)}}
+	}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: "team-a"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}}}
+	if s.params != nil {
+		raw, err := json.Marshal(s.params)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		claim.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu"},
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver: dradriver.DriverName, Parameters: runtime.RawExtension{Raw: raw}}}}}
+	}
+	if _, err := c.cs.ResourceV1().ResourceClaims("team-a").Create(c.ctx, claim, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	cn := s.name
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: "team-a"}, Spec: corev1.PodSpec{
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}},
+		Containers:     []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}}}
+	if _, err := c.cs.CoreV1().Pods("team-a").Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	for {
+		p, err := c.cs.CoreV1().Pods("team-a").Get(c.ctx, s.name, metav1.GetOptions{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if p.Spec.NodeName != "" {
+			if p.Spec.NodeName != c.node {
+				c.t.Fatalf("pod %s bound to %s", s.name, p.Spec.NodeName)
+			}
+			cl, err := c.cs.ResourceV1().ResourceClaims("team-a").Get(c.ctx, s.name, metav1.GetOptions{})
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			if cl.Status.Allocation == nil {
+				c.t.Fatalf("pod %s bound but claim not allocated", s.name)
+			}
+			return cl
+		}
+		select {
+		case <-c.ctx.Done():
+			c.t.Fatalf("pod %s never bound: %+v", s.name, p.Status)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func allocatedDevice(cl *resourceapi.ResourceClaim) string {
+	return cl.Status.Allocation.Devices.Results[0].Device
+}
+
+// gpuConfig is NVIDIA's GpuConfig as the seed's claims write it.
+func gpuConfig(kind string, sharing map[string]any) map[string]any {
+	return map[string]any{"apiVersion": "resource.nvidia.com/v1beta1", "kind": kind, "sharing": sharing}
+}
+
+// readSpec reads a claim's CDI spec and returns its devices by name.
+func readSpec(t *testing.T, cdiDir, uid string) map[string]specs.Device {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(cdiDir, "gpuslice-dra-"+uid+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s specs.Spec
+	if err := yaml.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Kind != "gpuslice.dev/claim" {
+		t.Fatalf("spec kind %q", s.Kind)
+	}
+	out := map[string]specs.Device{}
+	for _, d := range s.Devices {
+		out[d.Name] = d
+	}
+	return out
+}
+
+func envOf(d specs.Device) map[string]string {
+	out := map[string]string{}
+	for _, kv := range d.ContainerEdits.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		out[k] = v
+	}
+	return out
+}
+
+func nodesOf(d specs.Device) []string {
+	var out []string
+	for _, n := range d.ContainerEdits.DeviceNodes {
+		out = append(out, n.Path)
+	}
+	return out
+}
+
+// fakeMPSScript stands in for nvidia-cuda-mps-control: `-d` logs the
+// start, runs a long sleep as the daemon and writes its pid file in
+// $CUDA_MPS_PIPE_DIRECTORY; without arguments it reads commands (quit,
+// get_server_list, set_*) and logs each with the device it was for.
+const fakeMPSScript = `#!/bin/sh
+log=@LOG@
+pidf="$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
+alive() { [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; }
+if [ "$#" -gt 0 ]; then
+	echo "start $CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY" >>"$log"
+	alive && { echo "already running" >&2; exit 1; }
+	sleep 300 </dev/null >/dev/null 2>&1 &
+	echo $! >"$pidf"
+	echo $! >>@PIDS@
+	exit 0
+fi
+while IFS= read -r cmd || [ -n "$cmd" ]; do
+	echo "$cmd $CUDA_VISIBLE_DEVICES" >>"$log"
+	alive || { echo "Cannot find MPS control daemon process" >&2; exit 1; }
+	case "$cmd" in
+	quit) kill "$(cat "$pidf")"; rm -f "$pidf" ;;
+	get_server_list) ;;
+	set_*) ;;
+	*) exit 1 ;;
+	esac
+done
+`
+
+// fakeMPS writes the stand-in control binary and returns its path and
+// log; the daemons it started are killed when the test ends.
+func fakeMPS(t *testing.T, dir string) (bin, log string) {
+	t.Helper()
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh")
+	}
+	bin, log = filepath.Join(dir, "nvidia-cuda-mps-control"), filepath.Join(dir, "mps.log")
+	pids := filepath.Join(dir, "mps.pids")
+	script := strings.NewReplacer("@LOG@", strconv.Quote(log), "@PIDS@", strconv.Quote(pids)).Replace(fakeMPSScript)
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b, _ := os.ReadFile(pids)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	return bin, log
+}
+
+// mpsLog returns the stand-in's log lines.
+func mpsLog(t *testing.T, log string) []string {
+	b, err := os.ReadFile(log)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+func countPrefix(lines []string, prefix string) int {
+	n := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// shortDir is a temporary directory with a short path: unix socket paths
+// are limited to 108 bytes.
+func shortDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}

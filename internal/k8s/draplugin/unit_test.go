@@ -1,0 +1,393 @@
+package draplugin
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+)
+
+func TestMinimalSharingDecoder(t *testing.T) {
+	nv := func(sharing string) string {
+		return `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":` + sharing + `}`
+	}
+	for _, tc := range []struct {
+		name, in string
+		want     ClaimSharing
+		err      string
+	}{
+		{"no sharing", `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig"}`, ClaimSharing{}, ""},
+		{"time-slicing", nv(`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}`), ClaimSharing{Mode: alloc.TimeSlice, Interval: "Long"}, ""},
+		{"mps limits", nv(`{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":50,"defaultPinnedDeviceMemoryLimit":"10Gi"}}`),
+			ClaimSharing{Mode: alloc.MPS, ThreadPercent: 50, PinnedMemoryMiB: 10240}, ""},
+		{"2024 apiVersion, MIG", `{"apiVersion":"gpu.nvidia.com/v1alpha1","kind":"MigDeviceConfig","sharing":{"strategy":"MPS"}}`, ClaimSharing{Mode: alloc.MPS}, ""},
+		{"gpuslice's own", `{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"mps","threadPercent":20,"pinnedMemory":"2Gi","memoryPolicy":"kill"}`,
+			ClaimSharing{Mode: alloc.MPS, ThreadPercent: 20, PinnedMemoryMiB: 2048, MemoryPolicy: "kill"}, ""},
+		{"strategy typo", nv(`{"strategy":"Time-Slicing"}`), ClaimSharing{}, `p.sharing.strategy "Time-Slicing": valid are TimeSlicing, MPS`},
+		{"no strategy", nv(`{}`), ClaimSharing{}, "p.sharing.strategy: missing"},
+		{"percent", nv(`{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":150}}`), ClaimSharing{}, "defaultActiveThreadPercentage 150: valid is 0..100"},
+		{"limit", nv(`{"strategy":"MPS","mpsConfig":{"defaultPinnedDeviceMemoryLimit":"5G1"}}`), ClaimSharing{}, `"5G1" is not a quantity`},
+		{"zero limit", nv(`{"strategy":"MPS","mpsConfig":{"defaultPinnedDeviceMemoryLimit":"0"}}`), ClaimSharing{}, "want at least 1Mi"},
+		{"mps config with time-slicing", nv(`{"strategy":"TimeSlicing","mpsConfig":{}}`), ClaimSharing{}, "p.sharing.mpsConfig: only with strategy MPS"},
+		{"interval", nv(`{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"short"}}`), ClaimSharing{}, `interval "short": valid are Default, Short, Medium, Long`},
+		{"interval on MIG", `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"MigDeviceConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{}}}`, ClaimSharing{}, "cannot be set on a MIG device"},
+		{"unknown field", nv(`{"strategy":"MPS","extra":1}`), ClaimSharing{}, `unknown field "extra"`},
+		{"unknown kind", `{"apiVersion":"v1","kind":"ConfigMap"}`, ClaimSharing{}, `apiVersion "v1" kind "ConfigMap": valid are gpu.gpuslice.dev/v1alpha1 SliceConfig`},
+		{"not json", `[`, ClaimSharing{}, "p: not a JSON object"},
+		{"slice mode", `{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"mig"}`, ClaimSharing{}, `p.mode "mig": valid are exclusive, timeslice, mps`},
+		{"slice limits need mps", `{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"timeslice","threadPercent":5}`, ClaimSharing{}, "need mode mps"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := MinimalSharingDecoder.DecodeSharing("p", []byte(tc.in))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzMinimalSharingDecoder(f *testing.F) {
+	f.Add([]byte(`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":50,"defaultPinnedDeviceMemoryLimit":"10Gi"}}}`))
+	f.Add([]byte(`{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"timeslice","replicas":4,"interval":"Short"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := MinimalSharingDecoder.DecodeSharing("p", data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "p") {
+				t.Fatalf("error %q does not name the field", err)
+			}
+			return
+		}
+		if s.ThreadPercent < 0 || s.ThreadPercent > 100 || s.PinnedMemoryMiB < 0 || s.Replicas < 0 {
+			t.Fatalf("accepted %+v", s)
+		}
+		switch s.Mode {
+		case "", alloc.Exclusive, alloc.TimeSlice, alloc.MPS:
+		default:
+			t.Fatalf("accepted mode %q", s.Mode)
+		}
+	})
+}
+
+// testDriver is a Driver on simulated GPUs, not started: Prepare and
+// Unprepare are called directly with claims made here.
+func testDriver(t *testing.T, spec fake.MachineSpec) (*Driver, *fake.Machine, string) {
+	t.Helper()
+	m, err := fake.New(spec, fake.WithSeed(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	d, err := New(context.Background(), Config{Node: "n1", Device: m, CDIDir: filepath.Join(dir, "cdi"), StateDir: filepath.Join(dir, "state"),
+		MPSRoot: filepath.Join(dir, "mps"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, m, dir
+}
+
+// allocated is a claim as the scheduler leaves it: device on node n1,
+// with consumed memory and opaque parameters.
+func allocated(uid, device, memory string, params string) *resourceapi.ResourceClaim {
+	r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: dradriver.DriverName, Pool: "n1", Device: device}
+	if memory != "" {
+		r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}
+		share := types.UID("share-" + uid)
+		r.ShareID = &share
+	}
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c-" + uid, Namespace: "ns", UID: types.UID(uid)},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{r}}}},
+	}
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "pod-" + uid, UID: "p"}}
+	if params != "" {
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{Source: resourceapi.AllocationConfigSourceClaim,
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dradriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(params)}}}}}
+	}
+	return c
+}
+
+// Errors name the claim, the field and what would be valid; a refused
+// claim leaves no trace.
+func TestPrepareRefusals(t *testing.T) {
+	d, _, _ := testDriver(t, fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB"}, {Model: "A100-40GB"}}})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		claim *resourceapi.ResourceClaim
+		err   string
+	}{
+		{allocated("u1", "gpu-7", "", ""), `status.allocation.devices.results[0].device "gpu-7": node n1 publishes no such device`},
+		{allocated("u2", "gpu-0-shared", "4Gi", `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultPinnedDeviceMemoryLimit":"8Gi"}}}`),
+			"pinned memory limit 8192 MiB is more than the 4096 MiB"},
+		{allocated("u3", "gpu-0-shared", "4Gi", `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"Fair"}}`),
+			`status.allocation.devices.config[0].opaque.parameters.sharing.strategy "Fair"`},
+	} {
+		_, err := d.Prepare(ctx, tc.claim)
+		if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "ns/"+tc.claim.Name) {
+			t.Errorf("%s: error %v, want one naming the claim and containing %q", tc.claim.Name, err, tc.err)
+		}
+	}
+	if len(d.claims) != 0 {
+		t.Fatalf("refused claims left records: %v", d.claims)
+	}
+	// A shared GPU time-sliced by one claim refuses an MPS claim, and a
+	// device held whole refuses a second claim (the scheduler would not
+	// do this; the driver is the last line of defense).
+	if _, err := d.Prepare(ctx, allocated("ts", "gpu-1-shared", "4Gi", "")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.Prepare(ctx, allocated("mps", "gpu-1-shared", "4Gi", `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS"}}`))
+	if err == nil || !strings.Contains(err.Error(), "is set up for timeslice") {
+		t.Fatalf("MPS beside time-slicing: %v", err)
+	}
+	if _, err := d.Prepare(ctx, allocated("w1", "gpu-0", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Prepare(ctx, allocated("w2", "gpu-0", "", "")); err == nil || !strings.Contains(err.Error(), "is held by claim ns/c-w1") {
+		t.Fatalf("a whole GPU twice: %v", err)
+	}
+}
+
+// A whole-GPU claim on a GPU left in MIG mode with an idle instance turns
+// MIG off; a MIG claim on a GPU outside MIG mode turns it on; a MIG
+// instance in the way that no claim holds is destroyed to make room.
+func TestPrepareReshapesGPUs(t *testing.T) {
+	d, m, _ := testDriver(t, fake.MachineSpec{GPUs: []fake.GPUSpec{
+		{Model: "A100-40GB", MIGEnabled: true, Instances: []string{"1g.5gb@0"}},
+		{Model: "A100-40GB", MIGEnabled: true, Instances: []string{"4g.20gb@0"}},
+	}})
+	ctx := context.Background()
+	if _, err := d.Prepare(ctx, allocated("w", "gpu-0", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Prepare(ctx, allocated("m", "gpu-1-mig-3g-20gb-at-0", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	gs, _ := m.GPUs(ctx)
+	if gs[0].MIGEnabled || len(gs[0].Instances) != 0 {
+		t.Fatalf("GPU 0 given whole is still in MIG mode: %+v", gs[0])
+	}
+	if len(gs[1].Instances) != 1 || gs[1].Instances[0].Profile != "3g.20gb" || gs[1].Instances[0].Start != 0 {
+		t.Fatalf("GPU 1: %+v; want only the 3g.20gb at 0", gs[1].Instances)
+	}
+	// The whole GPU is refused while a claim holds an instance on it.
+	if _, err := d.Prepare(ctx, allocated("w1", "gpu-1", "", "")); err == nil || !strings.Contains(err.Error(), "held by claim ns/c-m") {
+		t.Fatalf("whole GPU under a held instance: %v", err)
+	}
+}
+
+// The checkpoint survives a new Driver: a prepared claim is answered
+// from it, and Unprepare of it works without the ResourceClaim.
+func TestCheckpointCarriesClaimsAcrossDrivers(t *testing.T) {
+	d, m, dir := testDriver(t, fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB"}}})
+	ctx := context.Background()
+	first, err := d.Prepare(ctx, allocated("m", "gpu-0-mig-2g-10gb-at-4", "", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := New(ctx, Config{Node: "n1", Device: m, CDIDir: filepath.Join(dir, "cdi"), StateDir: filepath.Join(dir, "state"),
+		MPSRoot: filepath.Join(dir, "mps"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := d2.Prepare(ctx, allocated("m", "gpu-0-mig-2g-10gb-at-4", "", ""))
+	if err != nil || len(again) != 1 || again[0].CDIDeviceIDs[0] != first[0].CDIDeviceIDs[0] {
+		t.Fatalf("after a new driver: %+v %v, first %+v", again, err, first)
+	}
+	if err := d2.Unprepare(ctx, "m"); err != nil {
+		t.Fatal(err)
+	}
+	if gs, _ := m.GPUs(ctx); len(gs[0].Instances) != 0 {
+		t.Fatalf("instances left: %+v", gs[0].Instances)
+	}
+	if err := d2.Unprepare(ctx, "m"); err != nil {
+		t.Fatalf("unprepare twice: %v", err)
+	}
+	// Another node's checkpoint, or a damaged one, is refused by name.
+	path := filepath.Join(dir, "state", CheckpointFile)
+	if err := os.WriteFile(path, []byte(`{"version":1,"node":"n1","claims":{"x":{"uid":"x","state":"done","devices":[]}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(ctx, Config{Node: "n1", Device: m, StateDir: filepath.Join(dir, "state")})
+	if err == nil || !strings.Contains(err.Error(), `claims["x"]: state "done": valid are preparing, prepared`) {
+		t.Fatalf("damaged checkpoint: %v", err)
+	}
+}
+
+func FuzzParseCheckpoint(f *testing.F) {
+	rec := map[string]*claimRecord{"u": {UID: "u", Namespace: "ns", Name: "c", State: statePrepared, Devices: []preparedDevice{{
+		Request: "gpu", Pool: "n1", Device: "gpu-0", ID: "GPU-5fd4d9a8-4c6d-4e0d-9a3b-7c1a1f2e3d4c", Mode: alloc.Exclusive,
+		deviceInfo: deviceInfo{Type: dradriver.TypeGPU, GPU: "GPU-5fd4d9a8-4c6d-4e0d-9a3b-7c1a1f2e3d4c"}}}}}
+	b, _ := json.Marshal(checkpoint{Version: 1, Node: "n1", Claims: rec})
+	f.Add(b)
+	f.Add([]byte(`{"version":1,"node":"n1","claims":{}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		claims, err := parseCheckpoint("cp", data, "n1")
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "checkpoint cp: ") {
+				t.Fatalf("error %q does not name the file", err)
+			}
+			return
+		}
+		for uid, r := range claims {
+			if r == nil || r.UID != uid {
+				t.Fatalf("accepted record %q: %+v", uid, r)
+			}
+			for _, d := range r.Devices {
+				if d.ID != "" && !alloc.ValidDeviceID(d.ID) {
+					t.Fatalf("accepted device id %q", d.ID)
+				}
+			}
+		}
+	})
+}
+
+// The watchdog of the standalone agent runs over prepared claims: a
+// process on a claim's MIG instance is its usage, exported per claim with
+// namespace, pod and claim labels.
+func TestUsageMetricsPerClaim(t *testing.T) {
+	now := time.Unix(1000, 0)
+	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB"}}}, fake.WithSeed(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	d, err := New(context.Background(), Config{Node: "n1", Device: m, CDIDir: filepath.Join(dir, "cdi"), StateDir: filepath.Join(dir, "state"),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := d.Prepare(ctx, allocated("m", "gpu-0-mig-3g-20gb-at-4", "", "")); err != nil {
+		t.Fatal(err)
+	}
+	gs, _ := m.GPUs(ctx)
+	if err := m.StartProcess(gs[0].Instances[0].UUID, 4242, 5000); err != nil {
+		t.Fatal(err)
+	}
+	d.Watch(ctx)
+	now = now.Add(10 * time.Second)
+	d.Watch(ctx)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(d.Collector())
+	want := `
+# HELP gpuslice_slice_memory_used_bytes GPU memory the slice's processes use, at the watchdog's last pass (claims with one device on the node).
+# TYPE gpuslice_slice_memory_used_bytes gauge
+gpuslice_slice_memory_used_bytes{GPU_I_ID="1",GPU_I_PROFILE="3g.20gb",Hostname="n1",UUID="` + gs[0].Instances[0].UUID + `",claim="c-m",device="gpu-0-mig-3g-20gb-at-4",gpu="0",modelName="NVIDIA A100-SXM4-40GB",namespace="ns",pod="ns/pod-m",request="gpu"} 5.24288e+09
+# HELP gpuslice_slice_claim_memory_mib_seconds_total GPU memory a claim's processes held, integrated over time (MiB × seconds).
+# TYPE gpuslice_slice_claim_memory_mib_seconds_total counter
+gpuslice_slice_claim_memory_mib_seconds_total{claim="c-m",namespace="ns",pod="ns/pod-m"} 50000
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "gpuslice_slice_memory_used_bytes", "gpuslice_slice_claim_memory_mib_seconds_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(d.Collector(), "gpuslice_slice_compute_allocated_ratio"); n != 1 {
+		t.Fatalf("%d compute_allocated series", n)
+	}
+}
+
+// Prepare, Unprepare, the watchdog and a scrape may run at once (the
+// helper serializes gRPC calls, not the watchdog or /metrics): run under
+// -race, and every claim ends prepared exactly once.
+func TestConcurrentPrepareWatchAndScrape(t *testing.T) {
+	d, m, _ := testDriver(t, fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB"}, {Model: "L4"}}})
+	ctx := context.Background()
+	devices := []string{"gpu-0-mig-1g-5gb-at-6", "gpu-0-mig-1g-5gb-at-5", "gpu-0-mig-2g-10gb-at-0", "gpu-1-shared", "gpu-1-shared"}
+	done := make(chan error, len(devices))
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				d.Watch(ctx)
+				testutil.CollectAndCount(d.Collector())
+			}
+		}
+	}()
+	for i, dev := range devices {
+		mem := ""
+		if dev == "gpu-1-shared" {
+			mem = "2Gi"
+		}
+		go func() {
+			uid := "c" + string(rune('a'+i))
+			_, err := d.Prepare(ctx, allocated(uid, dev, mem, ""))
+			if err == nil && i%2 == 0 {
+				err = d.Unprepare(ctx, uid)
+			}
+			done <- err
+		}()
+	}
+	for range devices {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	gs, _ := m.GPUs(ctx)
+	if len(gs[0].Instances) != 1 || gs[0].Instances[0].Start != 5 {
+		t.Fatalf("instances left: %+v; want the one of the claim still prepared (1g.5gb at 5)", gs[0].Instances)
+	}
+	if len(d.claims) != 2 {
+		t.Fatalf("%d claims prepared, want 2", len(d.claims))
+	}
+}
+
+// BenchmarkPrepareUnprepare is one claim's prepare and unprepare on
+// simulated GPUs: the plan, three checkpoint writes with fsync (intent,
+// uuids, prepared) and one on unprepare, the CDI spec written (fsync) and
+// removed, and for MIG the instance created and destroyed.
+func BenchmarkPrepareUnprepare(b *testing.B) {
+	for _, tc := range []struct{ name, device, memory string }{
+		{"whole", "gpu-0", ""},
+		{"shared", "gpu-0-shared", "4Gi"},
+		{"mig", "gpu-0-mig-1g-5gb-at-6", ""},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB"}}}, fake.WithSeed(3))
+			if err != nil {
+				b.Fatal(err)
+			}
+			dir := b.TempDir()
+			d, err := New(context.Background(), Config{Node: "n1", Device: m, CDIDir: filepath.Join(dir, "cdi"), StateDir: filepath.Join(dir, "state"),
+				Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			claim := allocated("u", tc.device, tc.memory, "")
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := d.Prepare(ctx, claim); err != nil {
+					b.Fatal(err)
+				}
+				if err := d.Unprepare(ctx, "u"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
