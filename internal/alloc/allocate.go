@@ -465,11 +465,27 @@ func (s *State) assignment(c *Claim, iso Isolation, r *Request, cd cand) *Alloca
 		// PipeDirectory refuses only ids no validated inventory has
 		// (ValidateInventory); for such an id the directory stays empty,
 		// and neither the agent nor `gpuslice run` uses the device.
-		pipe, _ := PipeDirectory(as.Device)
+		pipe := s.pipeOf(as.Device)
 		as.MPS = &MPSLimits{ActiveThreadPercent: pct, PinnedMemoryMiB: cd.mem, PipeDirectory: pipe}
 	}
 	a.Devices = []Assigned{as}
 	return a
+}
+
+// pipeOf is PipeDirectory(device), remembered per device id (a pure
+// function of the id: an MPS device's directory is asked for at every
+// decision that joins it, and checking the id each time was a twentieth
+// of a plan's time).
+func (s *State) pipeOf(device string) string {
+	if p, ok := s.pipes[device]; ok {
+		return p
+	}
+	p, _ := PipeDirectory(device)
+	if s.pipes == nil {
+		s.pipes = map[string]string{}
+	}
+	s.pipes[device] = p
+	return p
 }
 
 func firstFreeSlot(slots uint64) int {

@@ -232,14 +232,26 @@ func (s *State) unindexGPU(gi int) {
 		}
 		ix.devJoin[di] = joinKeys{}
 		if r := ix.devIdle[di]; r.ok {
-			ix.idle[r.key][r.tier].clear(di)
+			tiers := ix.idle[r.key]
+			tiers[r.tier].clear(di)
 			ix.devIdle[di] = idleRef{}
+			if tiers[tierGPU].empty() && tiers[tierNode].empty() && tiers[tierNone].empty() {
+				delete(ix.idle, r.key) // as for occupancies below
+			}
 		}
 	}
 	if gi < len(ix.gpuFree) {
 		if r := ix.gpuFree[gi]; r.ok {
-			ix.free[r.key][r.occ].tiers[r.tier].clear(gi)
+			byOcc := ix.free[r.key]
+			cl := byOcc[r.occ]
+			cl.tiers[r.tier].clear(gi)
 			ix.gpuFree[gi] = freeRef{}
+			// An occupancy no GPU has any more leaves the index, so that
+			// a search walks only occupancies some GPU has (a pass over
+			// thousands of GPUs sees hundreds of occupancies come and go).
+			if cl.tiers[tierGPU].empty() && cl.tiers[tierNode].empty() && cl.tiers[tierNone].empty() {
+				delete(byOcc, r.occ)
+			}
 		}
 	}
 	ix.evict.clear(gi)

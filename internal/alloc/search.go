@@ -1,5 +1,7 @@
 package alloc
 
+import "slices"
+
 // bestIndexed finds the best candidate for one device through the index:
 // joins from the tenant's shared devices, then idle devices and new MIG
 // instances by class, and only when none exists, evictions and mode
@@ -94,6 +96,9 @@ func (s *State) bestOpen(n *need) (cand, bool) {
 		return rank <= best.modeRank
 	}
 	tiers := s.tierOrder()
+	occs := s.occBuf[:0]
+	defer func() { s.occBuf = occs[:0] }()
+	var profs []modelProfiles // what fits a model depends on the need only
 	for rank, ch := range n.choices {
 		// Idle existing devices: within one shape and tier every device
 		// offers the same fit, so the first that passes is the class's best.
@@ -126,16 +131,33 @@ func (s *State) bestOpen(n *need) (cand, bool) {
 			continue
 		}
 		for fk, byOcc := range s.idx.free {
+			if len(byOcc) == 0 {
+				continue
+			}
 			model := s.models[fk.model]
 			geo := s.geos[model.ID]
-			profiles, _ := profilesForModel(n, model, geo)
+			// Node classes of one model share its profiles' answer.
+			var profiles []int
+			if k := slices.IndexFunc(profs, func(p modelProfiles) bool { return p.model == fk.model }); k >= 0 {
+				profiles = profs[k].profiles
+			} else {
+				profiles, _ = profilesForModel(n, model, geo)
+				profs = append(profs, modelProfiles{fk.model, profiles})
+			}
+			// The occupancies are walked once here, not once per profile
+			// and tier (a map walk costs more than a slice's).
+			occs = occs[:0]
+			for occ, cl := range byOcc {
+				occs = append(occs, occEntry{occ, cl})
+			}
 			for _, p := range profiles {
 				if !promising(lockedShare(geo, p), rank) {
 					continue
 				}
 				for _, t := range tiers {
 					foundHere := false
-					for occ, cl := range byOcc {
+					for _, oe := range occs {
+						occ, cl := oe.occ, oe.cl
 						if cl.tiers[t].empty() {
 							continue
 						}
@@ -157,6 +179,18 @@ func (s *State) bestOpen(n *need) (cand, bool) {
 		}
 	}
 	return best, found
+}
+
+// modelProfiles is the profiles a need may take on one model.
+type modelProfiles struct {
+	model    string
+	profiles []int
+}
+
+// occEntry is one occupancy class of a model's GPUs.
+type occEntry struct {
+	occ occKey
+	cl  *occClass
 }
 
 // lockedOfShape is the GPU share a device of this shape holds.

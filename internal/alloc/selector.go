@@ -130,10 +130,15 @@ func compileSelector(expr string) (cel.Program, *cel.Ast, error) {
 // may be reused after an undone decision or a removed node, its generation
 // never), so answers are kept by generation and clones share the cache.
 type selectorCache struct {
-	mu      sync.Mutex
-	sels    map[string]*compiled
-	gens    atomic.Uint64
-	classes map[string]int // node class key -> number (State.classOf)
+	mu   sync.Mutex
+	sels map[string]*compiled
+	// last is the selector asked for last: a decision asks for its
+	// request's selector once per candidate, and hashing a long
+	// expression each time costs more than comparing it.
+	lastExpr string
+	last     *compiled
+	gens     atomic.Uint64
+	classes  map[string]int // node class key -> number (State.classOf)
 }
 
 func (c *selectorCache) classOf(key string) int {
@@ -234,7 +239,11 @@ func (c *selectorCache) nextGen() uint64 { return c.gens.Add(1) }
 func (c *selectorCache) get(expr string) (*compiled, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.last != nil && expr == c.lastExpr {
+		return c.last, nil
+	}
 	if sc, ok := c.sels[expr]; ok {
+		c.lastExpr, c.last = expr, sc
 		return sc, nil
 	}
 	prg, ast, err := compileSelector(expr)

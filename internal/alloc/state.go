@@ -33,6 +33,10 @@ type State struct {
 	// memos are constrained searches' failures by claim shape
 	// (bestConstrained).
 	memos map[string]*constrainedMemo
+	// pipes remembers MPS pipe directories by device id (pipeOf).
+	pipes map[string]string
+	// occBuf is bestOpen's scratch list of occupancy classes.
+	occBuf []occEntry
 }
 
 type nodeState struct {
@@ -440,6 +444,8 @@ func (s *State) Clone() *State {
 	c.idx = s.idx.clone()
 	c.sel = s.sel // answers are kept by generation (see selectorCache)
 	c.memos = nil
+	c.pipes = nil
+	c.occBuf = nil
 	return &c
 }
 
