@@ -189,4 +189,3 @@ func modelMemory(cat *catalog.Catalog, model string) int64 {
 	}
 	return m.MemoryMiB
 }
-

@@ -77,8 +77,8 @@ func ToResult(a *alloc.Allocation, nd *NodeDevices, rc *resourceapi.ResourceClai
 // shareID is a UUID-shaped id unique per claim, request and device.
 func shareID(claim types.UID, request string, k int) types.UID {
 	h := sha1.Sum([]byte(string(claim) + "/" + request + "/" + strconv.Itoa(k))) //nolint:gosec // see import
-	h[6] = h[6]&0x0f | 0x50                                                         // version 5
-	h[8] = h[8]&0x3f | 0x80                                                         // RFC 4122 variant
+	h[6] = h[6]&0x0f | 0x50                                                      // version 5
+	h[8] = h[8]&0x3f | 0x80                                                      // RFC 4122 variant
 	return types.UID(fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16]))
 }
 
