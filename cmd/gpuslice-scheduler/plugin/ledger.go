@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -30,6 +31,9 @@ type ledger struct {
 	slices map[string]map[string]*resourceapi.ResourceSlice // node -> slice name -> slice
 	nodes  map[string]*nodeEntry
 	claims map[types.UID]*claimEntry
+	// onFree is called (without l.mu) after devices were freed or
+	// added: a claim dropped, a slice changed.
+	onFree func()
 }
 
 type nodeEntry struct {
@@ -48,11 +52,16 @@ type claimEntry struct {
 	uid       types.UID
 	namespace string
 	node      string
-	a         *alloc.Allocation
-	devices   []string // result device names, to recognise our own write
-	inflight  bool
-	memMiB    int64 // GPU memory the claim holds (quota)
-	compute   int   // compute percent of a GPU it holds (quota)
+	// rc is the claim as the API server holds it (nil while in flight);
+	// a is its allocation for the allocator, read from rc against the
+	// node's devices when the node's State is built (nil until then:
+	// claims may arrive before the slices they name).
+	rc       *resourceapi.ResourceClaim
+	a        *alloc.Allocation
+	devices  []string // result device names, to recognise our own write
+	inflight bool
+	memMiB   int64 // GPU memory the claim holds (quota)
+	compute  int   // compute percent of a GPU it holds (quota)
 }
 
 func newLedger(policy alloc.Policy, cat *catalog.Catalog) *ledger {
@@ -79,12 +88,18 @@ func (l *ledger) stale(name string, devicesToo bool) {
 	n.st = nil
 	if devicesToo {
 		n.devs, n.devErr = nil, nil
+		for uid := range n.claims {
+			if e := l.claims[uid]; e != nil && e.rc != nil {
+				e.a = nil
+			}
+		}
 	}
 	n.mu.Unlock()
 }
 
 // setSlice records a gpuslice ResourceSlice (nil s: deleted).
 func (l *ledger) setSlice(name, node string, s *resourceapi.ResourceSlice) {
+	defer l.freed()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.slices[node]
@@ -112,14 +127,19 @@ func (l *ledger) devices(n *nodeEntry) (*draalloc.NodeDevices, error) {
 // setClaim records what the API server says about a claim (nil: deleted).
 func (l *ledger) setClaim(logger klog.Logger, uid types.UID, rc *resourceapi.ResourceClaim) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	old := l.claims[uid]
 	if rc == nil || rc.Status.Allocation == nil {
-		if old != nil && (rc == nil || !old.inflight) {
+		dropped := old != nil && (rc == nil || !old.inflight)
+		if dropped {
 			l.drop(old)
+		}
+		l.mu.Unlock()
+		if dropped {
+			l.freed()
 		}
 		return
 	}
+	defer l.mu.Unlock()
 	node := draalloc.AllocatedNode(rc.Status.Allocation)
 	var devs []string
 	for _, r := range rc.Status.Allocation.Devices.Results {
@@ -128,32 +148,40 @@ func (l *ledger) setClaim(logger klog.Logger, uid types.UID, rc *resourceapi.Res
 	sort.Strings(devs)
 	if old != nil && old.node == node && slices.Equal(old.devices, devs) {
 		old.inflight = false // our own write, seen
-		return
-	}
-	n := l.node(node)
-	nd, err := l.devices(n)
-	if err != nil || nd == nil {
-		if draalloc.IsOurs(rc) {
-			logger.Error(err, "allocated claim on a node whose slices cannot be read", "claim", draalloc.ClaimName(rc), "node", node)
-		}
-		return
-	}
-	a, ok, err := draalloc.FromResult(rc, rc.Status.Allocation, nd, l.cat)
-	if err != nil {
-		logger.Error(err, "cannot read an allocation of gpuslice devices", "claim", draalloc.ClaimName(rc))
+		old.rc = rc
 		return
 	}
 	if old != nil {
 		l.drop(old)
 	}
-	if !ok {
+	if !draalloc.HoldsOurs(rc.Status.Allocation) {
 		return
 	}
-	e := &claimEntry{uid: uid, namespace: rc.Namespace, node: node, a: a, devices: devs}
-	e.memMiB, e.compute = holds(a)
+	e := &claimEntry{uid: uid, namespace: rc.Namespace, node: node, rc: rc, devices: devs}
 	l.claims[uid] = e
-	n.claims[uid] = true
+	l.node(node).claims[uid] = true
 	l.stale(node, false)
+}
+
+// allocation returns the claim's allocation, reading it from the claim
+// against the node's devices when needed. Caller holds l.mu.
+func (l *ledger) allocation(e *claimEntry, nd *draalloc.NodeDevices) (*alloc.Allocation, error) {
+	if e.a != nil {
+		return e.a, nil
+	}
+	a, _, err := draalloc.FromResult(e.rc, e.rc.Status.Allocation, nd, l.cat)
+	if err != nil {
+		return nil, err
+	}
+	e.a = a
+	e.memMiB, e.compute = holds(a)
+	return a, nil
+}
+
+func (l *ledger) freed() {
+	if l.onFree != nil {
+		l.onFree()
+	}
 }
 
 // drop forgets a claim and its node's State. Caller holds l.mu.
@@ -185,9 +213,17 @@ func (l *ledger) state(name string, labels map[string]string, skip map[types.UID
 	}
 	var as []*alloc.Allocation
 	for uid := range n.claims {
-		if !skip[uid] {
-			as = append(as, cloneAlloc(l.claims[uid].a))
+		if skip[uid] {
+			continue
 		}
+		a, err := l.allocation(l.claims[uid], nd)
+		if err != nil {
+			// The API server records devices this node does not
+			// publish (any more): nothing on the node is decided until
+			// the slices or the claim change.
+			return n, nil, fmt.Errorf("claim %s: %w", draalloc.ClaimName(l.claims[uid].rc), err)
+		}
+		as = append(as, cloneAlloc(a))
 	}
 	st, failed, err := draalloc.NewState([]*draalloc.NodeDevices{nd}, as, l.policy, l.cat)
 	if err != nil {
@@ -221,6 +257,7 @@ func (l *ledger) reserve(uid types.UID, namespace string, a *alloc.Allocation, r
 // unreserve forgets an in-flight allocation (Unreserve): its node's State
 // is rebuilt before the next decision.
 func (l *ledger) unreserve(uid types.UID) {
+	defer l.freed()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.claims[uid]; e != nil && e.inflight {

@@ -49,13 +49,6 @@ const stateKey fwk.StateKey = Name
 type Args struct {
 	// Placement is binpack (default) or spread, as in gpuslice serve.
 	Placement string `json:"placement,omitempty"`
-	// ReserveAfter: once a GPU pod has waited this long, nodes are
-	// held for it against lower- and equal-priority pods (gpuslice
-	// serve's --reserve-after). 0: never. Default 5m.
-	ReserveAfter *metav1.Duration `json:"reserveAfter,omitempty"`
-	// QuotaConfigMap names the ConfigMap (namespace/name) holding
-	// per-namespace GPU quotas; empty: no quotas. See quota.go.
-	QuotaConfigMap string `json:"quotaConfigMap,omitempty"`
 }
 
 // Plugin is GpusliceDynamicResources.
@@ -66,8 +59,11 @@ type Plugin struct {
 	led   *ledger
 	args  Args
 	now   func() time.Time
-	quota *quotas
 	wait  *waiting
+	// synced are the ledger's informer registrations: nothing is decided
+	// until they have delivered the initial lists (a restarted scheduler
+	// must see every allocation before it makes one).
+	synced []cache.ResourceEventHandlerRegistration
 }
 
 // stock is the set of extension points the stock plugin implements.
@@ -101,12 +97,12 @@ var (
 // gates), and starts following gpuslice's ResourceSlices and every
 // ResourceClaim through the scheduler's informers.
 func New(ctx context.Context, obj runtime.Object, fh fwk.Handle, fts plfeature.Features) (fwk.Plugin, error) {
-	args := Args{Placement: "binpack", ReserveAfter: &metav1.Duration{Duration: 5 * time.Minute}}
+	args := Args{Placement: "binpack"}
 	if u, ok := obj.(*runtime.Unknown); ok && u != nil && len(u.Raw) > 0 {
 		dec := json.NewDecoder(strings.NewReader(string(u.Raw)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&args); err != nil {
-			return nil, fmt.Errorf("%s args: %w (fields: placement, reserveAfter, quotaConfigMap)", Name, err)
+			return nil, fmt.Errorf("%s args: %w (fields: placement)", Name, err)
 		}
 	}
 	if args.Placement != "binpack" && args.Placement != "spread" {
@@ -124,7 +120,7 @@ func New(ctx context.Context, obj runtime.Object, fh fwk.Handle, fts plfeature.F
 	}
 	p := &Plugin{stock: stock, fh: fh, cs: fh.ClientSet(), args: args, now: time.Now,
 		led: newLedger(draalloc.Policy(args.Placement), catalog.Default()), wait: newWaiting()}
-	p.quota = newQuotas(args.QuotaConfigMap)
+	p.led.onFree = func() { p.wait.freed(activator(fh)) }
 	if err := p.watch(ctx); err != nil {
 		return nil, err
 	}
@@ -151,13 +147,15 @@ func (p *Plugin) watch(ctx context.Context) error {
 			p.led.setSlice(s.Name, *s.Spec.NodeName, s)
 		}
 	}
-	if _, err := inf.Resource().V1().ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.Resource().V1().ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { slice(o, false) },
 		UpdateFunc: func(_, o any) { slice(o, false) },
 		DeleteFunc: func(o any) { slice(o, true) },
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
+	p.synced = append(p.synced, reg)
 	claim := func(obj any, deleted bool) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj, deleted = t.Obj, true
@@ -172,14 +170,12 @@ func (p *Plugin) watch(ctx context.Context) error {
 			p.led.setClaim(logger, rc.UID, rc)
 		}
 	}
-	_, err := inf.Resource().V1().ResourceClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err = inf.Resource().V1().ResourceClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { claim(o, false) },
 		UpdateFunc: func(_, o any) { claim(o, false) },
 		DeleteFunc: func(o any) { claim(o, true) },
 	})
-	if err == nil && p.quota != nil {
-		err = p.quota.watch(ctx, inf)
-	}
+	p.synced = append(p.synced, reg)
 	return err
 }
 
@@ -189,6 +185,7 @@ func (p *Plugin) Name() string { return Name }
 // cycle is one scheduling cycle's state for a pod.
 type cycle struct {
 	ours     bool
+	gen      uint64 // the waiting generation when the cycle began
 	priority int
 	claims   []*resourceapi.ResourceClaim // the pod's gpuslice claims
 	toAlloc  []int                        // indices into claims still to allocate
@@ -222,7 +219,7 @@ type reserved struct {
 func (c *cycle) Clone() fwk.StateData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d := &cycle{ours: c.ours, priority: c.priority, claims: c.claims, toAlloc: c.toAlloc, acs: c.acs, node: c.node,
+	d := &cycle{ours: c.ours, gen: c.gen, priority: c.priority, claims: c.claims, toAlloc: c.toAlloc, acs: c.acs, node: c.node,
 		classes: c.classes, results: map[string]*nodeResult{}, removed: map[string]map[types.UID]bool{}}
 	for n, m := range c.removed {
 		d.removed[n] = maps_clone(m)
@@ -311,7 +308,13 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		cs.Write(stateKey, &cycle{})
 		return p.inner().PreFilter(ctx, cs, pod, nodes)
 	}
-	c := &cycle{ours: true, priority: int(ptr.Deref(pod.Spec.Priority, 0)), results: map[string]*nodeResult{},
+	for _, r := range p.synced {
+		if !r.HasSynced() {
+			cs.Write(stateKey, &cycle{})
+			return nil, fwk.AsStatus(errors.New("gpuslice-scheduler is still reading ResourceSlices and ResourceClaims"))
+		}
+	}
+	c := &cycle{ours: true, gen: p.wait.generation(), priority: int(ptr.Deref(pod.Spec.Priority, 0)), results: map[string]*nodeResult{},
 		removed: map[string]map[types.UID]bool{}, classes: map[string]*resourceapi.DeviceClass{}}
 	cs.Write(stateKey, c)
 	for _, rc := range claims {
@@ -350,9 +353,6 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		c.toAlloc = append(c.toAlloc, len(c.claims))
 		c.claims = append(c.claims, rc)
 		c.acs = append(c.acs, ac)
-	}
-	if st := p.quota.admit(pod.Namespace, c.acs, p.led); st != nil {
-		return nil, st
 	}
 	if c.node != "" {
 		return &fwk.PreFilterResult{NodeNames: sets.New(c.node)}, nil
@@ -431,9 +431,6 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	node := ni.Node()
 	if c.node != "" && node.Name != c.node {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "the pod's claims are allocated on another node")
-	}
-	if st := p.wait.filter(c, pod, node.Name, p.now()); st != nil {
-		return st
 	}
 	if len(c.toAlloc) == 0 {
 		return nil
@@ -579,7 +576,9 @@ func gpuMemory(st *alloc.State, uuid string) int64 {
 // gpuslice pods (preemption is DefaultPreemption's, with RemovePod).
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	if c := ours(cs); c != nil {
-		p.wait.unschedulable(c, pod, p.now())
+		if p.wait.unschedulable(pod, c.gen) {
+			p.wait.freed(activator(p.fh))
+		}
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	return p.inner().PostFilter(ctx, cs, pod, m)

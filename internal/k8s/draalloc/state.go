@@ -140,3 +140,19 @@ func AllocatedNode(res *resourceapi.AllocationResult) string {
 	}
 	return ""
 }
+
+// HoldsOurs reports whether an allocation holds any gpuslice device
+// (a claim of another driver's classes may still have been given
+// gpuslice devices, e.g. nvidia.com/gpu pods through the whole-GPU
+// class's extended resource name).
+func HoldsOurs(res *resourceapi.AllocationResult) bool {
+	if res == nil {
+		return false
+	}
+	for _, r := range res.Devices.Results {
+		if r.Driver == dradriver.DriverName {
+			return true
+		}
+	}
+	return false
+}

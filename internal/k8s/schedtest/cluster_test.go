@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -104,7 +105,7 @@ func (c *cluster) addNode(name, model string, gpus int) {
 // podSpec describes one pod with one claim.
 type podSpec struct {
 	ns, name, class, selector, memory string
-	priority                          int32
+	priority                          string // a PriorityClass name
 	scheduler                         string
 }
 
@@ -133,11 +134,17 @@ func (c *cluster) create(p podSpec) {
 		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}},
 		Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}},
 			Requests: corev1.ResourceList{"cpu": resource.MustParse("10m")}}}}}}
-	if p.priority != 0 {
-		pr := p.priority
-		pod.Spec.Priority = &pr
-	}
+	pod.Spec.PriorityClassName = p.priority
 	if _, err := c.cs.CoreV1().Pods(p.ns).Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// priorityClass creates a PriorityClass.
+func (c *cluster) priorityClass(name string, value int32) {
+	c.t.Helper()
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+	if _, err := c.cs.SchedulingV1().PriorityClasses().Create(c.ctx, pc, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
 }
