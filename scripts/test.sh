@@ -52,6 +52,18 @@ else
   echo "   skipped (GPUSLICE_SKIP_APISERVER=1)"
 fi
 
+phase "gpuslice-scheduler: build it (cmd/gpuslice-scheduler, its own go.mod) and vet its module"
+# kube-scheduler v1.36.3 with gpuslice's plugin; the first build compiles
+# kube-scheduler (minutes), later ones take seconds. internal/k8s/schedtest
+# runs the binary against the control plane (GPUSLICE_SCHEDULER_BIN
+# overrides it; skipped with the API server tests).
+if [ "${GPUSLICE_SKIP_APISERVER:-}" != 1 ]; then
+  export GPUSLICE_SCHEDULER_BIN="$(scripts/gpuslice-scheduler.sh)"
+  (cd cmd/gpuslice-scheduler && GOWORK=off GOFLAGS=-mod=readonly go vet ./...)
+else
+  echo "   skipped (GPUSLICE_SKIP_APISERVER=1)"
+fi
+
 phase "chromium: a headless browser for the dashboard's end-to-end tests (Debian's chromium, installed once)"
 # scripts/chromium.sh installs it with apt-get when missing and prints its
 # path; the browser tests (internal/web) then fail rather than skip.

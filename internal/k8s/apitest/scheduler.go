@@ -51,6 +51,14 @@ type SchedulerOptions struct {
 	FeatureGates string
 	// Args are further kube-scheduler flags, appended last.
 	Args []string
+	// Binary is the scheduler to run; empty means the stock
+	// kube-scheduler in the Server's BinDir (GpusliceSchedulerBinary
+	// finds gpuslice-scheduler, which takes the same flags).
+	Binary string
+	// LeaderElect keeps leader election on (a Lease in kube-system),
+	// for tests of several replicas; StartScheduler turns it off
+	// otherwise.
+	LeaderElect bool
 }
 
 // Scheduler is a running stock kube-scheduler bound to one Server.
@@ -138,7 +146,11 @@ func startScheduler(ctx context.Context, s *Server, tmp string, opts SchedulerOp
 			"--v=2",
 		}, opts.Args...)
 		logFile := filepath.Join(tmp, fmt.Sprintf("kube-scheduler-%d.log", attempt))
-		proc, err := startProcess("kube-scheduler", filepath.Join(s.BinDir, "kube-scheduler"), logFile, args...)
+		bin := opts.Binary
+		if bin == "" {
+			bin = filepath.Join(s.BinDir, "kube-scheduler")
+		}
+		proc, err := startProcess(filepath.Base(bin), bin, logFile, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -185,7 +197,7 @@ func schedulerConfig(opts SchedulerOptions, kubeconfig string) ([]byte, error) {
 	if le == nil {
 		le = map[string]any{}
 	}
-	le["leaderElect"] = false
+	le["leaderElect"] = opts.LeaderElect
 	cfg["leaderElection"] = le
 	if strings.TrimSpace(opts.Profiles) != "" {
 		var profiles []any

@@ -1,0 +1,298 @@
+package plugin
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
+)
+
+// ledger is the scheduler's view of gpuslice's devices: every node's
+// slices and every claim holding gpuslice devices, whether read from the
+// API server (informers) or reserved by this scheduler and not yet
+// written (in flight). Per node it keeps an allocator State built from
+// exactly that, rebuilt whenever something on the node changed in a way
+// the State did not see happen (a slice, a claim freed or allocated by
+// someone else), so the State never keeps a phantom allocation.
+type ledger struct {
+	cat    *catalog.Catalog
+	policy alloc.Policy
+
+	mu     sync.Mutex
+	slices map[string]map[string]*resourceapi.ResourceSlice // node -> slice name -> slice
+	nodes  map[string]*nodeEntry
+	claims map[types.UID]*claimEntry
+	// onFree is called (without l.mu) after devices were freed or
+	// added: a claim dropped, a slice changed.
+	onFree func()
+}
+
+type nodeEntry struct {
+	name string
+	// mu serialises use of st (a State is not safe for concurrent use;
+	// Filter runs on many nodes at once, but on one node at a time).
+	mu     sync.Mutex
+	labels map[string]string
+	devs   *draalloc.NodeDevices // nil: read the slices again
+	devErr error
+	st     *alloc.State // nil: rebuild from devs and claims
+	claims map[types.UID]bool
+}
+
+type claimEntry struct {
+	uid       types.UID
+	namespace string
+	node      string
+	// rc is the claim as the API server holds it (nil while in flight);
+	// a is its allocation for the allocator, read from rc against the
+	// node's devices when the node's State is built (nil until then:
+	// claims may arrive before the slices they name).
+	rc       *resourceapi.ResourceClaim
+	a        *alloc.Allocation
+	devices  []string // result device names, to recognise our own write
+	inflight bool
+	memMiB   int64 // GPU memory the claim holds (quota)
+	compute  int   // compute percent of a GPU it holds (quota)
+}
+
+func newLedger(policy alloc.Policy, cat *catalog.Catalog) *ledger {
+	return &ledger{cat: cat, policy: policy, slices: map[string]map[string]*resourceapi.ResourceSlice{},
+		nodes: map[string]*nodeEntry{}, claims: map[types.UID]*claimEntry{}}
+}
+
+// node returns the node's entry, creating it. Caller holds l.mu.
+func (l *ledger) node(name string) *nodeEntry {
+	n := l.nodes[name]
+	if n == nil {
+		n = &nodeEntry{name: name, claims: map[types.UID]bool{}}
+		l.nodes[name] = n
+	}
+	return n
+}
+
+// stale drops a node's State (and with slices, its devices). Caller holds
+// l.mu; the node's own lock is taken so a Filter in progress finishes on
+// the old State first.
+func (l *ledger) stale(name string, devicesToo bool) {
+	n := l.node(name)
+	n.mu.Lock()
+	n.st = nil
+	if devicesToo {
+		n.devs, n.devErr = nil, nil
+		for uid := range n.claims {
+			if e := l.claims[uid]; e != nil && e.rc != nil {
+				e.a = nil
+			}
+		}
+	}
+	n.mu.Unlock()
+}
+
+// setSlice records a gpuslice ResourceSlice (nil s: deleted).
+func (l *ledger) setSlice(name, node string, s *resourceapi.ResourceSlice) {
+	defer l.freed()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := l.slices[node]
+	if m == nil {
+		m = map[string]*resourceapi.ResourceSlice{}
+		l.slices[node] = m
+	}
+	if s == nil {
+		delete(m, name)
+	} else {
+		m[name] = s
+	}
+	l.stale(node, true)
+}
+
+// devices returns the node's devices, reading its slices when needed.
+// Caller holds l.mu.
+func (l *ledger) devices(n *nodeEntry) (*draalloc.NodeDevices, error) {
+	if n.devs == nil && n.devErr == nil {
+		n.devs, n.devErr = draalloc.NodeFromSlices(n.name, n.labels, slices.Collect(maps.Values(l.slices[n.name])), l.cat)
+	}
+	return n.devs, n.devErr
+}
+
+// setClaim records what the API server says about a claim (nil: deleted).
+func (l *ledger) setClaim(logger klog.Logger, uid types.UID, rc *resourceapi.ResourceClaim) {
+	l.mu.Lock()
+	old := l.claims[uid]
+	if rc == nil || rc.Status.Allocation == nil {
+		dropped := old != nil && (rc == nil || !old.inflight)
+		if dropped {
+			l.drop(old)
+		}
+		l.mu.Unlock()
+		if dropped {
+			l.freed()
+		}
+		return
+	}
+	defer l.mu.Unlock()
+	node := draalloc.AllocatedNode(rc.Status.Allocation)
+	var devs []string
+	for _, r := range rc.Status.Allocation.Devices.Results {
+		devs = append(devs, r.Device)
+	}
+	sort.Strings(devs)
+	if old != nil && old.node == node && slices.Equal(old.devices, devs) {
+		old.inflight = false // our own write, seen
+		old.rc = rc
+		return
+	}
+	if old != nil {
+		l.drop(old)
+	}
+	if !draalloc.HoldsOurs(rc.Status.Allocation) {
+		return
+	}
+	e := &claimEntry{uid: uid, namespace: rc.Namespace, node: node, rc: rc, devices: devs}
+	l.claims[uid] = e
+	l.node(node).claims[uid] = true
+	l.stale(node, false)
+}
+
+// allocation returns the claim's allocation, reading it from the claim
+// against the node's devices when needed. Caller holds l.mu.
+func (l *ledger) allocation(e *claimEntry, nd *draalloc.NodeDevices) (*alloc.Allocation, error) {
+	if e.a != nil {
+		return e.a, nil
+	}
+	a, _, err := draalloc.FromResult(e.rc, e.rc.Status.Allocation, nd, l.cat)
+	if err != nil {
+		return nil, err
+	}
+	e.a = a
+	e.memMiB, e.compute = holds(a)
+	return a, nil
+}
+
+func (l *ledger) freed() {
+	if l.onFree != nil {
+		l.onFree()
+	}
+}
+
+// drop forgets a claim and its node's State. Caller holds l.mu.
+func (l *ledger) drop(e *claimEntry) {
+	delete(l.claims, e.uid)
+	if n := l.nodes[e.node]; n != nil {
+		delete(n.claims, e.uid)
+	}
+	l.stale(e.node, false)
+}
+
+// state returns the node's State, rebuilt when stale, with the node's
+// lock held: the caller must call n.mu.Unlock. Claims in skip are left
+// out (a preemption simulation), in a State of their own that is not
+// kept. Caller holds l.mu.
+func (l *ledger) state(name string, labels map[string]string, skip map[types.UID]bool) (*nodeEntry, *alloc.State, error) {
+	n := l.node(name)
+	if labels != nil && !maps.Equal(labels, n.labels) {
+		n.labels = maps.Clone(labels)
+		l.stale(name, true)
+	}
+	nd, err := l.devices(n)
+	n.mu.Lock()
+	if err != nil {
+		return n, nil, err
+	}
+	if n.st != nil && len(skip) == 0 {
+		return n, n.st, nil
+	}
+	var as []*alloc.Allocation
+	for uid := range n.claims {
+		if skip[uid] {
+			continue
+		}
+		a, err := l.allocation(l.claims[uid], nd)
+		if err != nil {
+			// The API server records devices this node does not
+			// publish (any more): nothing on the node is decided until
+			// the slices or the claim change.
+			return n, nil, fmt.Errorf("claim %s: %w", draalloc.ClaimName(l.claims[uid].rc), err)
+		}
+		as = append(as, cloneAlloc(a))
+	}
+	st, failed, err := draalloc.NewState([]*draalloc.NodeDevices{nd}, as, l.policy, l.cat)
+	if err != nil {
+		return n, nil, err
+	}
+	for c, ferr := range failed {
+		klog.Background().Error(ferr, "allocation on the node does not restore; its devices stay taken by the API server's record", "claim", c, "node", name)
+	}
+	if len(skip) == 0 {
+		n.st = st
+	}
+	return n, st, nil
+}
+
+// reserve records an allocation this scheduler made and will write.
+// Caller holds l.mu and the node's lock, and has applied a to the node's
+// State.
+func (l *ledger) reserve(uid types.UID, namespace string, a *alloc.Allocation, res *resourceapi.AllocationResult) {
+	node := a.Devices[0].Node
+	var devs []string
+	for _, r := range res.Devices.Results {
+		devs = append(devs, r.Device)
+	}
+	sort.Strings(devs)
+	e := &claimEntry{uid: uid, namespace: namespace, node: node, a: cloneAlloc(a), devices: devs, inflight: true}
+	e.memMiB, e.compute = holds(a)
+	l.claims[uid] = e
+	l.node(node).claims[uid] = true
+}
+
+// unreserve forgets an in-flight allocation (Unreserve): its node's State
+// is rebuilt before the next decision.
+func (l *ledger) unreserve(uid types.UID) {
+	defer l.freed()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.claims[uid]; e != nil && e.inflight {
+		l.drop(e)
+	}
+}
+
+// usage sums what a namespace's claims hold.
+func (l *ledger) usage(ns string) (memMiB int64, compute int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.claims {
+		if e.namespace == ns {
+			memMiB += e.memMiB
+			compute += e.compute
+		}
+	}
+	return memMiB, compute
+}
+
+// holds is the GPU memory (MiB) and compute (percent of a GPU) an
+// allocation holds.
+func holds(a *alloc.Allocation) (int64, int) {
+	var m int64
+	var c int
+	for _, d := range a.Devices {
+		m += d.MemoryMiB
+		c += d.ComputePercent
+	}
+	return m, c
+}
+
+func cloneAlloc(a *alloc.Allocation) *alloc.Allocation {
+	b := *a
+	b.Devices = slices.Clone(a.Devices)
+	b.Changes = nil // restored allocations get their changes from Realize
+	return &b
+}

@@ -1,0 +1,791 @@
+// Package plugin is gpuslice-scheduler's one scheduler plugin,
+// GpusliceDynamicResources. It takes the place of the stock
+// DynamicResources plugin in a profile and wraps an instance of it: pods
+// whose ResourceClaims name gpuslice's DeviceClasses are decided by
+// gpuslice's allocator (internal/alloc, through internal/k8s/draalloc),
+// every other pod is handed to the stock plugin unchanged.
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "GpusliceDynamicResources"
+
+const stateKey fwk.StateKey = Name
+
+// Args are the plugin's arguments (pluginConfig args in the profile).
+type Args struct {
+	// Placement is binpack (default) or spread, as in gpuslice serve.
+	Placement string `json:"placement,omitempty"`
+}
+
+// Plugin is GpusliceDynamicResources.
+type Plugin struct {
+	stock fwk.Plugin
+	fh    fwk.Handle
+	cs    kubernetes.Interface
+	led   *ledger
+	args  Args
+	now   func() time.Time
+	wait  *waiting
+	// synced are the ledger's informer registrations: nothing is decided
+	// until they have delivered the initial lists (a restarted scheduler
+	// must see every allocation before it makes one).
+	synced []cache.ResourceEventHandlerRegistration
+}
+
+// stock is the set of extension points the stock plugin implements.
+type stockPlugin interface {
+	fwk.PreEnqueuePlugin
+	fwk.PreFilterPlugin
+	fwk.FilterPlugin
+	fwk.PostFilterPlugin
+	fwk.ScorePlugin
+	fwk.ReservePlugin
+	fwk.EnqueueExtensions
+	fwk.PreBindPlugin
+	fwk.SignPlugin
+}
+
+var (
+	_ fwk.PreEnqueuePlugin    = &Plugin{}
+	_ fwk.PreFilterPlugin     = &Plugin{}
+	_ fwk.FilterPlugin        = &Plugin{}
+	_ fwk.PostFilterPlugin    = &Plugin{}
+	_ fwk.ScorePlugin         = &Plugin{}
+	_ fwk.ReservePlugin       = &Plugin{}
+	_ fwk.EnqueueExtensions   = &Plugin{}
+	_ fwk.PreBindPlugin       = &Plugin{}
+	_ fwk.SignPlugin          = &Plugin{}
+	_ fwk.PreFilterExtensions = &Plugin{}
+)
+
+// New builds the plugin and the stock DynamicResources plugin it wraps
+// (with that plugin's default arguments and the scheduler's feature
+// gates), and starts following gpuslice's ResourceSlices and every
+// ResourceClaim through the scheduler's informers.
+func New(ctx context.Context, obj runtime.Object, fh fwk.Handle, fts plfeature.Features) (fwk.Plugin, error) {
+	args := Args{Placement: "binpack"}
+	if u, ok := obj.(*runtime.Unknown); ok && u != nil && len(u.Raw) > 0 {
+		dec := json.NewDecoder(strings.NewReader(string(u.Raw)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&args); err != nil {
+			return nil, fmt.Errorf("%s args: %w (fields: placement)", Name, err)
+		}
+	}
+	if args.Placement != "binpack" && args.Placement != "spread" {
+		return nil, fmt.Errorf("%s args: placement %q: want binpack or spread", Name, args.Placement)
+	}
+	stock, err := dynamicresources.New(ctx, &config.DynamicResourcesArgs{
+		FilterTimeout:  &metav1.Duration{Duration: config.DynamicResourcesFilterTimeoutDefault},
+		BindingTimeout: &metav1.Duration{Duration: config.DynamicResourcesBindingTimeoutDefault},
+	}, fh, fts)
+	if err != nil {
+		return nil, fmt.Errorf("the stock DynamicResources plugin: %w", err)
+	}
+	if _, ok := stock.(stockPlugin); !ok {
+		return nil, errors.New("the stock DynamicResources plugin lacks an extension point this wrapper delegates")
+	}
+	p := &Plugin{stock: stock, fh: fh, cs: fh.ClientSet(), args: args, now: time.Now,
+		led: newLedger(draalloc.Policy(args.Placement), catalog.Default()), wait: newWaiting()}
+	p.led.onFree = func() { p.wait.freed(activator(fh)) }
+	if err := p.watch(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Plugin) inner() stockPlugin { return p.stock.(stockPlugin) }
+
+// watch feeds the ledger from the scheduler's shared informers.
+func (p *Plugin) watch(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	inf := p.fh.SharedInformerFactory()
+	slice := func(obj any, deleted bool) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj, deleted = t.Obj, true
+		}
+		s, ok := obj.(*resourceapi.ResourceSlice)
+		if !ok || s.Spec.Driver != dradriver.DriverName || s.Spec.NodeName == nil {
+			return
+		}
+		if deleted {
+			p.led.setSlice(s.Name, *s.Spec.NodeName, nil)
+		} else {
+			p.led.setSlice(s.Name, *s.Spec.NodeName, s)
+		}
+	}
+	reg, err := inf.Resource().V1().ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { slice(o, false) },
+		UpdateFunc: func(_, o any) { slice(o, false) },
+		DeleteFunc: func(o any) { slice(o, true) },
+	})
+	if err != nil {
+		return err
+	}
+	p.synced = append(p.synced, reg)
+	claim := func(obj any, deleted bool) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj, deleted = t.Obj, true
+		}
+		rc, ok := obj.(*resourceapi.ResourceClaim)
+		if !ok {
+			return
+		}
+		if deleted {
+			p.led.setClaim(logger, rc.UID, nil)
+		} else {
+			p.led.setClaim(logger, rc.UID, rc)
+		}
+	}
+	reg, err = inf.Resource().V1().ResourceClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { claim(o, false) },
+		UpdateFunc: func(_, o any) { claim(o, false) },
+		DeleteFunc: func(o any) { claim(o, true) },
+	})
+	p.synced = append(p.synced, reg)
+	return err
+}
+
+// Name implements fwk.Plugin.
+func (p *Plugin) Name() string { return Name }
+
+// cycle is one scheduling cycle's state for a pod.
+type cycle struct {
+	ours     bool
+	gen      uint64 // the waiting generation when the cycle began
+	priority int
+	claims   []*resourceapi.ResourceClaim // the pod's gpuslice claims
+	toAlloc  []int                        // indices into claims still to allocate
+	acs      []alloc.Claim                // translated, for toAlloc
+	node     string                       // the node claims already allocated are on ("" none)
+	classes  map[string]*resourceapi.DeviceClass
+
+	mu      sync.Mutex
+	results map[string]*nodeResult
+	// removed are claims a preemption simulation took away, per node.
+	removed map[string]map[types.UID]bool
+	// reserved are the claims Reserve allocated.
+	reserved []reserved
+}
+
+type nodeResult struct {
+	as    []*alloc.Allocation
+	share float64 // GPU share newly held
+	used  float64 // share of the node's GPUs in use after
+}
+
+type reserved struct {
+	claim *resourceapi.ResourceClaim
+	res   *resourceapi.AllocationResult
+	// written is set once PreBind stored the allocation.
+	written bool
+}
+
+// Clone implements fwk.StateData: preemption simulates on clones, so the
+// removed claims and the results under them are per clone.
+func (c *cycle) Clone() fwk.StateData {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := &cycle{ours: c.ours, gen: c.gen, priority: c.priority, claims: c.claims, toAlloc: c.toAlloc, acs: c.acs, node: c.node,
+		classes: c.classes, results: map[string]*nodeResult{}, removed: map[string]map[types.UID]bool{}}
+	for n, m := range c.removed {
+		d.removed[n] = maps_clone(m)
+	}
+	return d
+}
+
+func maps_clone(m map[types.UID]bool) map[types.UID]bool {
+	out := make(map[types.UID]bool, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func getCycle(cs fwk.CycleState) *cycle {
+	d, err := cs.Read(stateKey)
+	if err != nil {
+		return nil
+	}
+	c, _ := d.(*cycle)
+	return c
+}
+
+// ours reports whether this cycle's pod is decided here.
+func ours(cs fwk.CycleState) *cycle {
+	if c := getCycle(cs); c != nil && c.ours {
+		return c
+	}
+	return nil
+}
+
+// SignPod implements fwk.SignPlugin (the stock answer: pods with claims
+// are not signable).
+func (p *Plugin) SignPod(ctx context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	return p.inner().SignPod(ctx, pod)
+}
+
+// EventsToRegister implements fwk.EnqueueExtensions: the stock events,
+// and deleted claims (with no controller deallocating first, a deleted
+// claim frees its devices).
+func (p *Plugin) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
+	ev, err := p.inner().EventsToRegister(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ev = append(ev, fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Delete}},
+		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Delete}})
+	return ev, nil
+}
+
+// PreEnqueue implements fwk.PreEnqueuePlugin (the stock check: the pod's
+// claims exist).
+func (p *Plugin) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
+	return p.inner().PreEnqueue(ctx, pod)
+}
+
+// podClaims are the pod's ResourceClaims (nil entries for claims not
+// created yet).
+func (p *Plugin) podClaims(pod *v1.Pod) ([]*resourceapi.ResourceClaim, error) {
+	var out []*resourceapi.ResourceClaim
+	for i := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil {
+			return nil, err
+		}
+		if name == nil {
+			continue
+		}
+		rc, err := p.fh.SharedDRAManager().ResourceClaims().Get(pod.Namespace, *name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rc)
+	}
+	return out, nil
+}
+
+// PreFilter implements fwk.PreFilterPlugin. A pod without gpuslice claims
+// goes to the stock plugin. For one with, each claim not yet allocated is
+// translated (ToClaim: an error is the pod's unresolvable status, naming
+// the field); claims already allocated pin the pod to their node.
+func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	claims, err := p.podClaims(pod)
+	if err != nil || !slices.ContainsFunc(claims, draalloc.IsOurs) {
+		cs.Write(stateKey, &cycle{})
+		return p.inner().PreFilter(ctx, cs, pod, nodes)
+	}
+	for _, r := range p.synced {
+		if !r.HasSynced() {
+			cs.Write(stateKey, &cycle{})
+			return nil, fwk.AsStatus(errors.New("gpuslice-scheduler is still reading ResourceSlices and ResourceClaims"))
+		}
+	}
+	c := &cycle{ours: true, gen: p.wait.generation(), priority: int(ptr.Deref(pod.Spec.Priority, 0)), results: map[string]*nodeResult{},
+		removed: map[string]map[types.UID]bool{}, classes: map[string]*resourceapi.DeviceClass{}}
+	cs.Write(stateKey, c)
+	for _, rc := range claims {
+		if !draalloc.IsOurs(rc) {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+				"pod mixes gpuslice claims with claim %s of other drivers; gpuslice-scheduler does not allocate both for one pod yet", rc.Name))
+		}
+		if rc.DeletionTimestamp != nil {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("claim %s is being deleted", rc.Name))
+		}
+		if a := rc.Status.Allocation; a != nil {
+			n := draalloc.AllocatedNode(a)
+			if c.node != "" && c.node != n {
+				return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("claims of the pod are allocated on nodes %s and %s", c.node, n))
+			}
+			c.node = n
+			c.claims = append(c.claims, rc)
+			continue
+		}
+		if pending := p.fh.SharedDRAManager().ResourceClaims().GetPendingAllocation(rc.UID); pending != nil {
+			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("claim %s is being allocated for another pod", rc.Name))
+		}
+		ac, err := draalloc.ToClaim(rc, c.priority)
+		if err != nil {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		}
+		for _, r := range rc.Spec.Devices.Requests {
+			if r.Exactly != nil {
+				if dc, err := p.fh.SharedDRAManager().DeviceClasses().Get(r.Exactly.DeviceClassName); err == nil {
+					c.classes[dc.Name] = dc
+				} else {
+					return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("claim %s: DeviceClass %s: %v", rc.Name, r.Exactly.DeviceClassName, err))
+				}
+			}
+		}
+		c.toAlloc = append(c.toAlloc, len(c.claims))
+		c.claims = append(c.claims, rc)
+		c.acs = append(c.acs, ac)
+	}
+	if c.node != "" {
+		return &fwk.PreFilterResult{NodeNames: sets.New(c.node)}, nil
+	}
+	return nil, nil
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin: AddPod and RemovePod
+// let preemption see the devices of lower-priority pods freed.
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return p }
+
+// AddPod implements fwk.PreFilterExtensions.
+func (p *Plugin) AddPod(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, add fwk.PodInfo, ni fwk.NodeInfo) *fwk.Status {
+	c := ours(cs)
+	if c == nil {
+		if ext := p.inner().PreFilterExtensions(); ext != nil {
+			return ext.AddPod(ctx, cs, pod, add, ni)
+		}
+		return nil
+	}
+	p.markRemoved(c, add.GetPod(), ni.Node().Name, false)
+	return nil
+}
+
+// RemovePod implements fwk.PreFilterExtensions.
+func (p *Plugin) RemovePod(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, rm fwk.PodInfo, ni fwk.NodeInfo) *fwk.Status {
+	c := ours(cs)
+	if c == nil {
+		if ext := p.inner().PreFilterExtensions(); ext != nil {
+			return ext.RemovePod(ctx, cs, pod, rm, ni)
+		}
+		return nil
+	}
+	p.markRemoved(c, rm.GetPod(), ni.Node().Name, true)
+	return nil
+}
+
+// markRemoved records that the victim's claims would be freed on node
+// (only claims no other pod holds).
+func (p *Plugin) markRemoved(c *cycle, victim *v1.Pod, node string, removed bool) {
+	claims, err := p.podClaims(victim)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.removed[node]
+	if m == nil {
+		m = map[types.UID]bool{}
+		c.removed[node] = m
+	}
+	for _, rc := range claims {
+		if rc.Status.Allocation == nil || len(rc.Status.ReservedFor) > 1 {
+			continue
+		}
+		if removed {
+			m[rc.UID] = true
+		} else {
+			delete(m, rc.UID)
+		}
+	}
+	delete(c.results, node)
+}
+
+// Filter implements fwk.FilterPlugin: the allocator decides the pod's
+// claims on this node alone (a State of the node's devices and the
+// claims holding them). When they do not fit, the status is the
+// allocator's reason for this node ("insufficient GPU memory", "tenant
+// isolation", ...), which kube-scheduler aggregates over the nodes into
+// the pod's FailedScheduling event and PodScheduled condition.
+func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	c := ours(cs)
+	if c == nil {
+		return p.inner().Filter(ctx, cs, pod, ni)
+	}
+	node := ni.Node()
+	if c.node != "" && node.Name != c.node {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "the pod's claims are allocated on another node")
+	}
+	if len(c.toAlloc) == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	skip := c.removed[node.Name]
+	c.mu.Unlock()
+	r, reason, err := p.decide(c, node.Name, node.Labels, skip, false)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if r == nil {
+		return fwk.NewStatus(fwk.Unschedulable, reason)
+	}
+	c.mu.Lock()
+	c.results[node.Name] = r
+	c.mu.Unlock()
+	return nil
+}
+
+// decide allocates the cycle's claims on one node; commit applies them
+// to the node's State (Reserve). It returns the reason when they do not
+// fit.
+func (p *Plugin) decide(c *cycle, node string, labels map[string]string, skip map[types.UID]bool, commit bool) (*nodeResult, string, error) {
+	p.led.mu.Lock()
+	n, st, err := p.led.state(node, labels, skip)
+	if !commit {
+		p.led.mu.Unlock()
+	}
+	defer func() {
+		n.mu.Unlock()
+		if commit {
+			p.led.mu.Unlock()
+		}
+	}()
+	if err != nil {
+		return nil, "", fmt.Errorf("node %s: %w", node, err)
+	}
+	if len(n.devs.Node.GPUs) == 0 {
+		return nil, "no gpuslice GPUs", nil
+	}
+	work := st
+	if len(c.acs) > 1 && !commit {
+		work = st.Clone()
+	}
+	before := st.GPUsUsed()
+	r := &nodeResult{}
+	var applied []string
+	fail := func(reason string) (*nodeResult, string, error) {
+		if work == st {
+			for _, name := range applied {
+				_ = st.Release(name)
+			}
+			if len(applied) > 0 {
+				n.st = nil // Release leaves idle MIG instances: rebuild
+			}
+		}
+		return nil, reason, nil
+	}
+	for i := range c.acs {
+		a, err := work.Allocate(&c.acs[i])
+		if err != nil {
+			var nf *alloc.NoFitError
+			if errors.As(err, &nf) {
+				return fail(nf.PerNode[node])
+			}
+			return fail(err.Error())
+		}
+		r.share += newlyHeld(work, a)
+		if commit || len(c.acs) > 1 {
+			if err := work.Apply(a); err != nil {
+				return fail(err.Error())
+			}
+			applied = append(applied, a.Claim)
+		}
+		r.as = append(r.as, a)
+	}
+	if commit {
+		for i, a := range r.as {
+			rc := c.claims[c.toAlloc[i]]
+			res, err := draalloc.ToResult(a, n.devs, rc, c.classes)
+			if err != nil {
+				return fail(err.Error())
+			}
+			p.led.reserve(rc.UID, rc.Namespace, a, res)
+			c.reserved = append(c.reserved, reserved{claim: rc, res: res})
+		}
+	}
+	gpus := float64(len(n.devs.Node.GPUs))
+	r.used = float64(before)/gpus + r.share/gpus
+	return r, "", nil
+}
+
+// newlyHeld is the GPU share an allocation newly holds: a device it joins
+// costs nothing; a device it opens costs the larger of its memory and
+// compute share of the GPU (a whole GPU: 1).
+func newlyHeld(st *alloc.State, a *alloc.Allocation) float64 {
+	var share float64
+	for _, d := range a.Devices {
+		if joined(st, d) {
+			continue
+		}
+		switch {
+		case d.Mode == alloc.Exclusive:
+			share++
+		default:
+			total := gpuMemory(st, d.GPU)
+			if total > 0 {
+				share += max(float64(d.MemoryMiB)/float64(total), float64(d.ComputePercent)/100)
+			}
+		}
+	}
+	return share
+}
+
+// joined reports whether another allocation already uses the device.
+func joined(st *alloc.State, d alloc.Assigned) bool {
+	for _, o := range st.Allocations() {
+		for _, od := range o.Devices {
+			if od.Device == d.Device {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func gpuMemory(st *alloc.State, uuid string) int64 {
+	for _, n := range st.Fleet().Nodes {
+		for _, g := range n.GPUs {
+			if g.UUID == uuid {
+				m, err := catalog.Default().GPU(g.Model)
+				if err == nil {
+					return m.MemoryMiB
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// PostFilter implements fwk.PostFilterPlugin: nothing to undo for
+// gpuslice pods (preemption is DefaultPreemption's, with RemovePod).
+func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	if c := ours(cs); c != nil {
+		if p.wait.unschedulable(pod, c.gen) {
+			p.wait.freed(activator(p.fh))
+		}
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	return p.inner().PostFilter(ctx, cs, pod, m)
+}
+
+// Score implements fwk.ScorePlugin: binpack scores a node higher the less
+// GPU share the placement newly holds there and the fuller the node's
+// GPUs are after it; spread the emptier they are.
+func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	c := ours(cs)
+	if c == nil {
+		return p.inner().Score(ctx, cs, pod, ni)
+	}
+	c.mu.Lock()
+	r := c.results[ni.Node().Name]
+	c.mu.Unlock()
+	if r == nil {
+		return 0, nil
+	}
+	return score(p.args.Placement, r), nil
+}
+
+func score(placement string, r *nodeResult) int64 {
+	newly := min(r.share, 1)
+	used := min(r.used, 1)
+	if placement == "spread" {
+		return int64(float64(fwk.MaxNodeScore) * (1 - used))
+	}
+	return int64(float64(fwk.MaxNodeScore) * (0.7*(1-newly) + 0.3*used))
+}
+
+// ScoreExtensions implements fwk.ScorePlugin.
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
+
+// NormalizeScore implements fwk.ScoreExtensions (the stock plugin's for
+// its pods; gpuslice's scores are in range already).
+func (p *Plugin) NormalizeScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	if ours(cs) != nil {
+		return nil
+	}
+	if ext := p.inner().ScoreExtensions(); ext != nil {
+		return ext.NormalizeScore(ctx, cs, pod, scores)
+	}
+	return nil
+}
+
+// Reserve implements fwk.ReservePlugin: the claims are decided again on
+// the chosen node's current State and applied to it, recorded in flight
+// and announced to the stock plugin's tracker (so pods it allocates for,
+// such as nvidia.com/gpu ones, see the devices taken).
+func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
+	c := ours(cs)
+	if c == nil {
+		return p.inner().Reserve(ctx, cs, pod, node)
+	}
+	if len(c.toAlloc) == 0 {
+		return nil
+	}
+	var labels map[string]string
+	if ni, err := p.fh.SnapshotSharedLister().NodeInfos().Get(node); err == nil && ni.Node() != nil {
+		labels = ni.Node().Labels
+	}
+	r, reason, err := p.decide(c, node, labels, nil, true)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if r == nil {
+		return fwk.NewStatus(fwk.Unschedulable, "gpuslice: the node changed since Filter: "+reason)
+	}
+	for _, rv := range c.reserved {
+		claim := rv.claim.DeepCopy()
+		claim.Status.Allocation = rv.res
+		if err := p.fh.SharedDRAManager().ResourceClaims().SignalClaimPendingAllocation(claim.UID, claim); err != nil {
+			klog.FromContext(ctx).Error(err, "signal pending allocation", "claim", klog.KObj(claim))
+		}
+	}
+	return nil
+}
+
+// Unreserve implements fwk.ReservePlugin: in-flight allocations are
+// forgotten (their node's State is rebuilt without them); one already
+// written is taken back from the API server, so nothing stays allocated
+// for a pod that was not bound.
+func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node string) {
+	c := ours(cs)
+	if c == nil {
+		p.inner().Unreserve(ctx, cs, pod, node)
+		return
+	}
+	logger := klog.FromContext(ctx)
+	for _, rv := range c.reserved {
+		p.fh.SharedDRAManager().ResourceClaims().MaybeRemoveClaimPendingAllocation(rv.claim.UID, true)
+		if rv.written {
+			if err := p.takeBack(ctx, rv.claim, pod); err != nil {
+				logger.Error(err, "taking back an allocation of an unbound pod", "claim", klog.KObj(rv.claim))
+			}
+		}
+		p.led.unreserve(rv.claim.UID)
+	}
+	c.reserved = nil
+}
+
+// takeBack removes the pod's reservation and the allocation from a claim.
+func (p *Plugin) takeBack(ctx context.Context, rc *resourceapi.ResourceClaim, pod *v1.Pod) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := p.cs.ResourceV1().ResourceClaims(rc.Namespace).Get(ctx, rc.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		cur.Status.ReservedFor = slices.DeleteFunc(cur.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == pod.UID })
+		if len(cur.Status.ReservedFor) == 0 {
+			cur.Status.Allocation = nil
+		}
+		_, err = p.cs.ResourceV1().ResourceClaims(rc.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// PreBindPreFlight implements fwk.PreBindPlugin.
+func (p *Plugin) PreBindPreFlight(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+	c := ours(cs)
+	if c == nil {
+		return p.inner().PreBindPreFlight(ctx, cs, pod, node)
+	}
+	return &fwk.PreBindPreFlightResult{}, nil
+}
+
+// PreBind implements fwk.PreBindPlugin: each claim gets the finalizer
+// the stock plugin sets, its allocation (if this cycle made one) and the
+// pod in reservedFor, written as the stock plugin writes them.
+func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
+	c := ours(cs)
+	if c == nil {
+		return p.inner().PreBind(ctx, cs, pod, node)
+	}
+	byUID := map[types.UID]int{}
+	for i, rv := range c.reserved {
+		byUID[rv.claim.UID] = i
+	}
+	for _, rc := range c.claims {
+		var res *resourceapi.AllocationResult
+		i, mine := byUID[rc.UID]
+		if mine {
+			res = c.reserved[i].res
+		}
+		updated, err := p.bind(ctx, rc, res, pod)
+		if mine {
+			p.fh.SharedDRAManager().ResourceClaims().MaybeRemoveClaimPendingAllocation(rc.UID, err == nil)
+		}
+		if err != nil {
+			return fwk.AsStatus(err)
+		}
+		if mine {
+			c.reserved[i].written = true
+		}
+		if err := p.fh.SharedDRAManager().ResourceClaims().AssumeClaimAfterAPICall(updated); err != nil {
+			klog.FromContext(ctx).V(5).Info("claim not assumed", "claim", klog.KObj(updated), "err", err)
+		}
+	}
+	return nil
+}
+
+func (p *Plugin) bind(ctx context.Context, rc *resourceapi.ResourceClaim, res *resourceapi.AllocationResult, pod *v1.Pod) (*resourceapi.ResourceClaim, error) {
+	claim := rc.DeepCopy()
+	refresh := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if refresh {
+			cur, err := p.cs.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			claim = cur
+		}
+		refresh = true
+		if claim.DeletionTimestamp != nil {
+			return fmt.Errorf("claim %s is being deleted", klog.KObj(claim))
+		}
+		if res != nil {
+			if claim.Status.Allocation != nil {
+				return fmt.Errorf("claim %s was allocated elsewhere meanwhile", klog.KObj(claim))
+			}
+			if !slices.Contains(claim.Finalizers, resourceapi.Finalizer) {
+				claim.Finalizers = append(claim.Finalizers, resourceapi.Finalizer)
+				u, err := p.cs.ResourceV1().ResourceClaims(claim.Namespace).Update(ctx, claim, metav1.UpdateOptions{})
+				if err != nil {
+					return err
+				}
+				claim = u
+			}
+			r := res.DeepCopy()
+			r.AllocationTimestamp = &metav1.Time{Time: p.now()}
+			claim.Status.Allocation = r
+		} else if claim.Status.Allocation == nil {
+			return fmt.Errorf("claim %s was deallocated meanwhile", klog.KObj(claim))
+		}
+		if !slices.ContainsFunc(claim.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == pod.UID }) {
+			claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
+		}
+		u, err := p.cs.ResourceV1().ResourceClaims(claim.Namespace).UpdateStatus(ctx, claim, metav1.UpdateOptions{})
+		if err != nil {
+			return err
+		}
+		claim = u
+		return nil
+	})
+	return claim, err
+}

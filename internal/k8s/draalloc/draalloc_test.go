@@ -1,0 +1,149 @@
+package draalloc
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+)
+
+func nodeDevices(t *testing.T, name, model string, gpus int) (*NodeDevices, []*resourceapi.ResourceSlice) {
+	t.Helper()
+	n := alloc.Node{Name: name}
+	for i := range gpus {
+		n.GPUs = append(n.GPUs, alloc.GPU{UUID: fmt.Sprintf("GPU-%s-%d", name, i), Index: i, Model: model, Healthy: true})
+	}
+	slices, err := dradriver.Slices(n, 1, "580.65.06", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps []*resourceapi.ResourceSlice
+	for i := range slices {
+		ps = append(ps, &slices[i])
+	}
+	nd, err := NodeFromSlices(name, nil, ps, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nd.Node.GPUs) != gpus {
+		t.Fatalf("read %d GPUs from the slices of %s, want %d", len(nd.Node.GPUs), name, gpus)
+	}
+	return nd, ps
+}
+
+func claim(ns, name, class, selector, memory string) *resourceapi.ResourceClaim {
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
+	if selector != "" {
+		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}
+	}
+	if memory != "" {
+		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}}
+	}
+	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + ns + "-" + name)},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}}}
+}
+
+// Claims decided by the allocator on a node read from dradriver's slices
+// come back as results naming the slices' devices; read back, they
+// restore into a State that passes Check; a result moved onto another
+// tenant's shared device does not.
+func TestRoundTripThroughAllocationResults(t *testing.T) {
+	nd, _ := nodeDevices(t, "n1", "A100-40GB", 3)
+	s, failed, err := NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
+	if err != nil || len(failed) > 0 {
+		t.Fatal(err, failed)
+	}
+	claims := []*resourceapi.ResourceClaim{
+		claim("team-a", "share", dradriver.ClassShared, "", "4000Mi"),
+		claim("team-b", "share", dradriver.ClassShared, "", "4Gi"),
+		claim("team-a", "mig", dradriver.ClassMIG, `device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, ""),
+	}
+	results := map[string]*resourceapi.AllocationResult{}
+	for _, rc := range claims {
+		c, err := ToClaim(rc, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := s.Allocate(&c)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		if err := s.Apply(a); err != nil {
+			t.Fatal(err)
+		}
+		res, err := ToResult(a, nd, rc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		results[ClaimName(rc)] = res
+	}
+	shareA, shareB := results["team-a/share"].Devices.Results[0], results["team-b/share"].Devices.Results[0]
+	if !strings.HasSuffix(shareA.Device, "-shared") || !strings.HasSuffix(shareB.Device, "-shared") || shareA.Device == shareB.Device {
+		t.Fatalf("two tenants' shares got %s and %s; want two different shared GPUs", shareA.Device, shareB.Device)
+	}
+	if m := shareA.ConsumedCapacity["memory"]; m.Value() != 4096<<20 || shareA.ShareID == nil {
+		t.Fatalf("4000Mi share consumed %v (share id %v); want 4Gi (rounded up to the 256Mi step) and an id", m.String(), shareA.ShareID)
+	}
+	if d := results["team-a/mig"].Devices.Results[0].Device; !strings.Contains(d, "-mig-1g-5gb-at-") {
+		t.Fatalf("1g.5gb claim got %s", d)
+	}
+	if AllocatedNode(results["team-a/mig"]) != "n1" {
+		t.Fatalf("node selector %+v", results["team-a/mig"].NodeSelector)
+	}
+
+	snap := &Snapshot{Nodes: []*NodeDevices{nd}}
+	for _, rc := range claims {
+		a, ok, err := FromResult(rc, results[ClaimName(rc)], nd, nil)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		snap.Allocs = append(snap.Allocs, a)
+	}
+	if err := snap.Check(Policy("binpack"), nil); err != nil {
+		t.Fatalf("allocations read back do not check: %v", err)
+	}
+	// Put team-b's share on team-a's shared device: tenant isolation.
+	bad := *results["team-b/share"]
+	bad.Devices.Results = []resourceapi.DeviceRequestAllocationResult{shareB}
+	bad.Devices.Results[0].Device = shareA.Device
+	a, _, err := FromResult(claims[1], &bad, nd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.Allocs[1] = a
+	if err := snap.Check(Policy("binpack"), nil); err == nil {
+		t.Fatal("two tenants on one shared device passed Check")
+	}
+}
+
+// What the allocator cannot do yet is refused with the field named.
+func TestToClaimRefusesWhatItCannotDo(t *testing.T) {
+	start := claim("ns", "c", dradriver.ClassMIG, `device.attributes["gpu.gpuslice.dev"].start == 0`, "")
+	if _, err := ToClaim(start, 0); err == nil || !strings.Contains(err.Error(), `attribute "start"`) || !strings.Contains(err.Error(), "selectors[0]") {
+		t.Fatalf("selector on start: %v", err)
+	}
+	mixed := claim("ns", "c", "gpu.nvidia.com", "", "")
+	if _, err := ToClaim(mixed, 0); err == nil || !strings.Contains(err.Error(), "deviceClassName") {
+		t.Fatalf("another driver's class: %v", err)
+	}
+	iso := claim("ns", "c", dradriver.ClassGPU, "", "")
+	iso.Annotations = map[string]string{AnnotationIsolation: "tenants"}
+	if _, err := ToClaim(iso, 0); err == nil || !strings.Contains(err.Error(), AnnotationIsolation) {
+		t.Fatalf("bad isolation: %v", err)
+	}
+	ok := claim("ns", "c", dradriver.ClassShared, `device.attributes["gpu.gpuslice.dev"].model == "L4"`, "")
+	c, err := ToClaim(ok, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Tenant != "ns" || c.Priority != 3 || c.Requests[0].Mode != alloc.TimeSlice || !strings.Contains(c.Requests[0].Selector, `"gpu.nvidia.com"].model == "L4"`) {
+		t.Fatalf("translated %+v", c)
+	}
+}

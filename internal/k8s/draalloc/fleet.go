@@ -1,0 +1,191 @@
+package draalloc
+
+import (
+	"fmt"
+	"sort"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/mig"
+)
+
+// Device is one device of a node's slices as the allocator sees it.
+type Device struct {
+	Name string
+	// Type is dradriver.TypeGPU, TypeShared or TypeMIG.
+	Type string
+	// GPU is the parent GPU's uuid, Index its index on the node.
+	GPU   string
+	Index int
+	// Profile and Start place a MIG device.
+	Profile string
+	Start   int
+}
+
+// NodeDevices is one node's GPUs as published in its ResourceSlices.
+type NodeDevices struct {
+	Node alloc.Node
+	// Devices by device name (the names in allocation results).
+	Devices map[string]Device
+	// byKey finds a device name: "gpu/<uuid>", "shared/<uuid>",
+	// "mig/<uuid>/<profile>@<start>".
+	byKey map[string]string
+}
+
+// NodeFromSlices reads the gpuslice devices of node from slices (any
+// driver, any node: the others are skipped). Only the newest generation
+// of the node's pool counts, as in the stock allocator. Every GPU is
+// offered with MIG off and dynamic MIG on: on DRA a GPU's layout is a
+// function of the devices allocated on it, so an idle GPU may become a
+// whole GPU, a shared one or MIG instances (the fleet policy must allow
+// mode switches; see Policy). A node without gpuslice slices has no GPUs.
+func NodeFromSlices(node string, labels map[string]string, slices []*resourceapi.ResourceSlice, cat *catalog.Catalog) (*NodeDevices, error) {
+	if cat == nil {
+		cat = catalog.Default()
+	}
+	nd := &NodeDevices{Node: alloc.Node{Name: node, Labels: labels}, Devices: map[string]Device{}, byKey: map[string]string{}}
+	gen := int64(-1)
+	var mine []*resourceapi.ResourceSlice
+	for _, s := range slices {
+		if s.Spec.Driver != dradriver.DriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != node {
+			continue
+		}
+		mine = append(mine, s)
+		gen = max(gen, s.Spec.Pool.Generation)
+	}
+	gpus := map[string]*alloc.GPU{}
+	for _, s := range mine {
+		if s.Spec.Pool.Generation != gen {
+			continue
+		}
+		for i := range s.Spec.Devices {
+			d := &s.Spec.Devices[i]
+			at := func(name string) resourceapi.DeviceAttribute {
+				return d.Attributes[resourceapi.QualifiedName(name)]
+			}
+			str := func(name string) string {
+				if v := at(name).StringValue; v != nil {
+					return *v
+				}
+				return ""
+			}
+			typ := str("type")
+			dev := Device{Name: d.Name, Type: typ}
+			if v := at("index").IntValue; v != nil {
+				dev.Index = int(*v)
+			}
+			switch typ {
+			case dradriver.TypeGPU, dradriver.TypeShared:
+				dev.GPU = str("uuid")
+			case dradriver.TypeMIG:
+				dev.GPU, dev.Profile = str("parentUUID"), str("profile")
+				if v := at("start").IntValue; v != nil {
+					dev.Start = int(*v)
+				}
+			default:
+				return nil, fmt.Errorf("ResourceSlice %s device %s: attribute type %q; want %s, %s or %s",
+					s.Name, d.Name, typ, dradriver.TypeGPU, dradriver.TypeShared, dradriver.TypeMIG)
+			}
+			if dev.GPU == "" {
+				return nil, fmt.Errorf("ResourceSlice %s device %s: no GPU uuid (attribute uuid or parentUUID)", s.Name, d.Name)
+			}
+			model := str("model")
+			if _, err := cat.GPU(model); err != nil {
+				return nil, fmt.Errorf("ResourceSlice %s device %s: attribute model: %w", s.Name, d.Name, err)
+			}
+			g := gpus[dev.GPU]
+			if g == nil {
+				g = &alloc.GPU{UUID: dev.GPU, Index: dev.Index, Model: model, Healthy: true, DynamicMIG: true, Sharing: alloc.Sharing{Mode: alloc.Dynamic}}
+				gpus[dev.GPU] = g
+			} else if g.Model != model {
+				return nil, fmt.Errorf("ResourceSlice %s device %s: GPU %s is model %s here and %s on another device", s.Name, d.Name, dev.GPU, model, g.Model)
+			}
+			key := deviceKey(typ, dev.GPU, dev.Profile, dev.Start)
+			if other, dup := nd.byKey[key]; dup && other != d.Name {
+				return nil, fmt.Errorf("ResourceSlice %s: devices %s and %s are the same device (%s)", s.Name, other, d.Name, key)
+			}
+			nd.byKey[key] = d.Name
+			nd.Devices[d.Name] = dev
+		}
+	}
+	for _, g := range gpus {
+		nd.Node.GPUs = append(nd.Node.GPUs, *g)
+	}
+	sort.Slice(nd.Node.GPUs, func(i, j int) bool { return nd.Node.GPUs[i].Index < nd.Node.GPUs[j].Index })
+	return nd, nil
+}
+
+func deviceKey(typ, gpu, profile string, start int) string {
+	if typ == dradriver.TypeMIG {
+		return fmt.Sprintf("mig/%s/%s@%d", gpu, profile, start)
+	}
+	return typ + "/" + gpu
+}
+
+// Policy is the fleet policy gpuslice-scheduler runs the allocator with:
+// placement binpack or spread, and MIG mode switches allowed (a DRA GPU
+// is switched by allocating its devices, never while in use).
+func Policy(placement string) alloc.Policy {
+	return alloc.Policy{Placement: placement, AllowModeSwitch: true}
+}
+
+// deviceName is the slice device an assigned device is.
+func (nd *NodeDevices) deviceName(a *alloc.Assigned) (string, error) {
+	typ := dradriver.TypeMIG
+	switch {
+	case a.Profile != "":
+	case a.Mode == alloc.TimeSlice || a.Mode == alloc.MPS:
+		typ = dradriver.TypeShared
+	default:
+		typ = dradriver.TypeGPU
+	}
+	name, ok := nd.byKey[deviceKey(typ, a.GPU, a.Profile, a.Start)]
+	if !ok {
+		return "", fmt.Errorf("node %s publishes no %s device for GPU %s%s", nd.Node.Name, typ, a.GPU, migSuffix(a))
+	}
+	return name, nil
+}
+
+func migSuffix(a *alloc.Assigned) string {
+	if a.Profile == "" {
+		return ""
+	}
+	return fmt.Sprintf(" profile %s at %d", a.Profile, a.Start)
+}
+
+// plannedMIG is the allocator's id of a MIG instance named by placement
+// (DRA has no instance uuids before the kubelet plugin prepares it).
+func plannedMIG(gpu, profile string, start int) string {
+	return fmt.Sprintf("%s/%s@%d", gpu, profile, start)
+}
+
+// profileMemory is a MIG profile's memory on a model.
+func profileMemory(cat *catalog.Catalog, model, profile string) (int64, error) {
+	m, err := cat.GPU(model)
+	if err != nil {
+		return 0, err
+	}
+	if m.MIG == nil {
+		return 0, fmt.Errorf("GPU model %s has no MIG", model)
+	}
+	geo, err := mig.New(m)
+	if err != nil {
+		return 0, err
+	}
+	p, err := geo.Profile(profile)
+	if err != nil {
+		return 0, err
+	}
+	return geo.Shapes[p].MemoryMiB, nil
+}
+
+func modelMemory(cat *catalog.Catalog, model string) int64 {
+	m, err := cat.GPU(model)
+	if err != nil {
+		return 0
+	}
+	return m.MemoryMiB
+}
