@@ -78,42 +78,33 @@ func Heuristics(s *model.Spec) []Heuristic { return heuristics(s, false) }
 
 // heuristics is Heuristics for a plan whose first pass ignored
 // priorities (flatFits: the spec has several and every replica fit
-// without them). Then the planner's own order is that first pass and the
-// MIG caps run without priority too; the priority-first orders (keys and
-// caps) come last, tried against the finished plan (see improve).
+// without them). Then priorities do not matter: the planner's own order
+// is that first pass, the MIG caps run without priority, and no
+// priority-first order runs (one is only another permutation of the
+// replicas, and priorities are to decide who is left out, never to pack
+// differently when nothing is).
 func heuristics(s *model.Spec, flatFits bool) []Heuristic {
 	prios := map[int]bool{}
 	for _, w := range s.Workloads {
 		prios[w.Priority] = true
 	}
-	several := len(prios) > 1
+	byPriority := len(prios) > 1 && !flatFits
 	var out []Heuristic
-	if several && !flatFits {
+	if byPriority {
 		out = append(out, Heuristic{Key: "plan", Ahead: true})
 	}
 	keys := []string{"memory", "max", "sum", "compute", "product"}
 	for _, k := range keys {
 		out = append(out, Heuristic{Key: k})
 	}
-	if several && !flatFits {
+	if byPriority {
 		for _, k := range keys {
 			out = append(out, Heuristic{Key: k, Priority: true})
 		}
 	}
-	caps := []int{3, 2, 1}
 	if hasMIG(s) {
-		for _, c := range caps {
-			out = append(out, Heuristic{Key: "plan", Priority: !flatFits, Ahead: true, Cap: c})
-		}
-	}
-	if several && flatFits {
-		for _, k := range keys {
-			out = append(out, Heuristic{Key: k, Priority: true})
-		}
-		if hasMIG(s) {
-			for _, c := range caps {
-				out = append(out, Heuristic{Key: "plan", Priority: true, Ahead: true, Cap: c})
-			}
+		for _, c := range []int{3, 2, 1} {
+			out = append(out, Heuristic{Key: "plan", Priority: byPriority, Ahead: true, Cap: c})
 		}
 	}
 	return out

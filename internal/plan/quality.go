@@ -62,10 +62,6 @@ type OrderResult struct {
 	// SameAs names an earlier order that puts the replicas in the same
 	// sequence: this one was not run again and has its result.
 	SameAs string `json:"sameAs,omitempty"`
-	// AfterSearch: the order was tried after the local search, against
-	// the finished plan (a priority-first order when priorities did not
-	// matter).
-	AfterSearch bool `json:"afterSearch,omitempty"`
 }
 
 // ExactStats is what the exact search did within its budget.
@@ -127,7 +123,7 @@ func improve(s *model.Spec, pools []*pool, cur *pass, reps []replica, flatFits b
 	curNodes := append([]int(nil), cur.nodes...)
 	// runOrders places the replicas in each order and keeps the best pass
 	// (see the comment inside).
-	runOrders := func(hs []Heuristic, after bool) error {
+	runOrders := func(hs []Heuristic) error {
 		// Every order runs, at every size: the guarantee is "never more
 		// GPUs than any of them". Orders run side by side on the cores
 		// (each on its own copy of the pools and its own state), a batch
@@ -186,9 +182,6 @@ func improve(s *model.Spec, pools []*pool, cur *pass, reps []replica, flatFits b
 				results[i].Order, results[i].SameAs = hs[i].String(), hs[j].String()
 			}
 		}
-		for i := range results[:done] {
-			results[i].AfterSearch = after
-		}
 		q.Tried = append(q.Tried, results[:done]...)
 		return nil
 	}
@@ -215,19 +208,10 @@ func improve(s *model.Spec, pools []*pool, cur *pass, reps []replica, flatFits b
 			best.state = backup // cannot happen: every move is undone exactly
 			return
 		}
-		// The counts are the moves in the pass that is now best (a late
-		// order that replaces a polished pass discards its moves).
 		q.Moved, q.Exact.Improved = n, improved
 		bestScore = scoreOf(pools, best, levels)
 	}
 
-	// late are orders tried only after the local search: with several
-	// priorities that did not matter (flatFits), the priority-first
-	// orders. The plan is first made exactly as if every priority were
-	// equal, and a priority-first order then replaces it only if it does
-	// better than that finished plan: so priorities never cost a GPU when
-	// everything fits.
-	var late []Heuristic
 	switch {
 	case opts.OwnOnly:
 		q.Skipped = "own order only (asked)"
@@ -237,32 +221,12 @@ func improve(s *model.Spec, pools []*pool, cur *pass, reps []replica, flatFits b
 		hs := opts.Orders
 		if hs == nil {
 			hs = heuristics(s, flatFits)
-			if flatFits {
-				var early []Heuristic
-				for _, h := range hs {
-					if h.Priority {
-						late = append(late, h)
-					} else {
-						early = append(early, h)
-					}
-				}
-				hs = early
-			}
 		}
-		if err := runOrders(hs, false); err != nil {
+		if err := runOrders(hs); err != nil {
 			return nil, nil, nil, err
 		}
 	}
 	polish()
-	if len(late) > 0 && bestScore.gpus > lb.total {
-		before := best
-		if err := runOrders(late, true); err != nil {
-			return nil, nil, nil, err
-		}
-		if best != before {
-			polish()
-		}
-	}
 
 	if best == cur {
 		copy(cur.nodes, curNodes)
