@@ -503,6 +503,12 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice nodes ls --server https://server:7777 --ca tls-cert.pem --token gs_…": {
 		skip: "needs the TLS server above; TestServeSelfSignedTLS covers --ca",
 	},
+	"bin=$(scripts/gpuslice-scheduler.sh)      # builds cmd/gpuslice-scheduler (its own go.mod) into ~/.cache/gpuslice": {
+		skip: "compiles kube-scheduler (minutes); scripts/test.sh builds it the same way before the tests, and internal/k8s/schedtest runs the binary",
+	},
+	"$bin --config sched.yaml --leader-elect=true": {
+		skip: "needs a Kubernetes cluster; internal/k8s/schedtest runs the built binary against a real kube-apiserver with this profile",
+	},
 	"./gpuslice tokens create --role agent --node sim-1": {
 		want: []string{"gs_a_"},
 		check: func(w *walk, out string) error {
