@@ -74,7 +74,7 @@ type Config struct {
 	// MIGMinors is the nvidia-caps table for MIG device nodes (nil: left
 	// out of the CDI edits).
 	MIGMinors cdi.MIGMinors
-	// Sharing decodes opaque parameters (default MinimalSharingDecoder).
+	// Sharing decodes opaque parameters (default StrictSharingDecoder).
 	Sharing SharingDecoder
 	Catalog *catalog.Catalog
 	Log     *slog.Logger
@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	cfg.RegistrarDir = cmp.Or(cfg.RegistrarDir, DefaultRegistrarDir)
 	cfg.MPSRoot = cmp.Or(cfg.MPSRoot, alloc.MPSPipeRoot)
 	if cfg.Sharing == nil {
-		cfg.Sharing = MinimalSharingDecoder
+		cfg.Sharing = StrictSharingDecoder
 	}
 	if cfg.Catalog == nil {
 		cfg.Catalog = catalog.Default()

@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/k8s/draconfig"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 )
 
@@ -173,6 +174,18 @@ func planClaim(claim *resourceapi.ResourceClaim, node string, table map[string]d
 		if c, ok := r.ConsumedCapacity["compute"]; ok {
 			d.ComputePercent = int(c.Value())
 		}
+		if sh.MemoryMiB > 0 {
+			// The config's memory is a tighter limit for the watchdog,
+			// never more than the claim was allocated.
+			if sh.MemoryMiB > d.PromisedMiB {
+				return rec, fmt.Errorf("claim %s/%s: request %q: config memory %d MiB is more than the %d MiB the claim was allocated on %s",
+					claim.Namespace, claim.Name, r.Request, sh.MemoryMiB, d.PromisedMiB, r.Device)
+			}
+			d.PromisedMiB = sh.MemoryMiB
+		}
+		if d.ComputePercent == 0 {
+			d.ComputePercent = sh.ComputePercent
+		}
 		switch sh.Mode {
 		case "":
 			d.Mode = alloc.Exclusive
@@ -222,19 +235,10 @@ func planClaim(claim *resourceapi.ResourceClaim, node string, table map[string]d
 }
 
 // sharingFor decodes the opaque config of this driver that applies to
-// request: the last entry naming it (or naming no request), class
-// configs before claim configs as the allocation lists them.
+// request (draconfig.Pick: the last entry naming it or naming no request,
+// class configs before claim configs as the allocation lists them).
 func sharingFor(configs []resourceapi.DeviceAllocationConfiguration, request string, dec SharingDecoder) (ClaimSharing, error) {
-	base, _, _ := strings.Cut(request, "/") // a subrequest "req/sub" is configured by "req" too
-	pick := -1
-	for i, c := range configs {
-		if c.Opaque == nil || c.Opaque.Driver != dradriver.DriverName {
-			continue
-		}
-		if len(c.Requests) == 0 || slices.Contains(c.Requests, request) || slices.Contains(c.Requests, base) {
-			pick = i
-		}
-	}
+	pick := draconfig.Pick(configs, request)
 	if pick < 0 {
 		return ClaimSharing{}, nil
 	}
