@@ -66,6 +66,12 @@ func serveTLS(e *env, dataDir, certFile, keyFile string, selfSigned bool) (*tls.
 // for 127.0.0.1, ::1, localhost and this host's name, unless both are
 // there already.
 func ensureSelfSigned(certFile, keyFile string) error {
+	return ensureSelfSignedFor(certFile, keyFile, "gpuslice serve "+hostName(), nil)
+}
+
+// ensureSelfSignedFor is ensureSelfSigned with a common name and DNS
+// names of the caller's besides.
+func ensureSelfSignedFor(certFile, keyFile, commonName string, extra []string) error {
 	_, cerr := os.Stat(certFile)
 	_, kerr := os.Stat(keyFile)
 	if cerr == nil && kerr == nil {
@@ -86,10 +92,11 @@ func ensureSelfSigned(certFile, keyFile string) error {
 			names = append(names, short)
 		}
 	}
+	names = append(names, extra...)
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "gpuslice serve " + hostName()},
+		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.AddDate(10, 0, 0),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,

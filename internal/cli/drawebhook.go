@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/drawebhook"
+)
+
+// draWebhookCmd serves the validating admission webhook for claims.
+func draWebhookCmd(e *env) *cobra.Command {
+	var listen, certFile, keyFile, selfSignedDir string
+	var dnsNames []string
+	cmd := &cobra.Command{
+		Use:   "dra-webhook",
+		Short: "Serve the admission webhook that checks ResourceClaims' configs for gpu.gpuslice.dev",
+		Long: `Serves a validating admission webhook (admission.k8s.io/v1, path ` + drawebhook.Path + `) for
+resource.k8s.io/v1 ResourceClaims and ResourceClaimTemplates. Every opaque config for driver
+gpu.gpuslice.dev (NVIDIA's GpuConfig / MigDeviceConfig, gpuslice's SliceConfig) is decoded by the
+same strict decoders the kubelet plugin runs at prepare; a claim prepare would refuse is denied
+when it is created, with the field's path and what would be valid:
+
+  spec.devices.config[0].opaque.parameters.sharing.strategy "Fair": valid are TimeSlicing, MPS
+
+TLS is required by the API server: --tls-cert/--tls-key (e.g. from a cert-manager Secret), or
+--tls-self-signed DIR, which writes a self-signed certificate for --dns-name (the webhook
+Service's name, e.g. gpuslice-webhook.gpuslice.svc) and prints its caBundle.`,
+		Example: "  gpuslice dra-webhook --tls-cert /tls/tls.crt --tls-key /tls/tls.key\n  gpuslice dra-webhook --tls-self-signed /tmp/wh --dns-name gpuslice-webhook.gpuslice.svc --listen 127.0.0.1:8443",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			switch {
+			case selfSignedDir != "" && (certFile != "" || keyFile != ""):
+				return errors.New("--tls-self-signed and --tls-cert/--tls-key: give one or the other")
+			case selfSignedDir != "":
+				if err := os.MkdirAll(selfSignedDir, 0o700); err != nil {
+					return fmt.Errorf("--tls-self-signed %s: %w", selfSignedDir, err)
+				}
+				certFile, keyFile = filepath.Join(selfSignedDir, "tls.crt"), filepath.Join(selfSignedDir, "tls.key")
+				if err := ensureSelfSignedFor(certFile, keyFile, "gpuslice dra-webhook", dnsNames); err != nil {
+					return err
+				}
+				pemBytes, err := os.ReadFile(certFile)
+				if err != nil {
+					return err
+				}
+				log.Info("self-signed certificate", "cert", certFile, "caBundle", base64.StdEncoding.EncodeToString(pemBytes))
+			case certFile == "" || keyFile == "":
+				return errors.New("--tls-cert and --tls-key are required (the API server calls webhooks over TLS), or --tls-self-signed DIR")
+			}
+			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				return fmt.Errorf("--tls-cert %s / --tls-key %s: %w", certFile, keyFile, err)
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("--listen %s: %w", listen, err)
+			}
+			srv := &http.Server{Handler: drawebhook.Handler(log), ReadHeaderTimeout: 10 * time.Second,
+				TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			go func() {
+				<-ctx.Done()
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(sctx)
+			}()
+			log.Info("dra-webhook serving", "listen", ln.Addr().String(), "path", drawebhook.Path)
+			if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", ":8443", "address to serve HTTPS on")
+	cmd.Flags().StringVar(&certFile, "tls-cert", "", "PEM certificate for the webhook's Service name")
+	cmd.Flags().StringVar(&keyFile, "tls-key", "", "PEM private key of --tls-cert")
+	cmd.Flags().StringVar(&selfSignedDir, "tls-self-signed", "", "write (once) and use a self-signed certificate in this directory")
+	cmd.Flags().StringSliceVar(&dnsNames, "dns-name", nil, "DNS names for the self-signed certificate (the Service: NAME.NAMESPACE.svc)")
+	return cmd
+}

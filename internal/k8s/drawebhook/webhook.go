@@ -1,0 +1,111 @@
+package drawebhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/draconfig"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+)
+
+// Path is where the webhook answers AdmissionReviews.
+const Path = "/validate"
+
+// maxBody bounds an AdmissionReview (the API server's own request limit
+// for an object is 3 MiB).
+const maxBody = 6 << 20
+
+// ClassType says which of gpuslice's device classes a DeviceClass name is
+// ("gpu", "shared", "mig"; "" for another driver's).
+func ClassType(name string) string {
+	switch name {
+	case dradriver.ClassGPU:
+		return dradriver.TypeGPU
+	case dradriver.ClassShared:
+		return dradriver.TypeShared
+	case dradriver.ClassMIG:
+		return dradriver.TypeMIG
+	}
+	return ""
+}
+
+// Review decides one AdmissionRequest: allowed, or denied with every
+// problem found (pure: no I/O).
+func Review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	deny := func(code int32, msg string) *admissionv1.AdmissionResponse {
+		resp.Allowed = false
+		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: metav1.StatusReasonInvalid, Message: msg}
+		return resp
+	}
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return resp
+	}
+	if req.Resource.Group != resourceapi.GroupName {
+		return resp
+	}
+	var spec *resourceapi.ResourceClaimSpec
+	field := "spec"
+	switch req.Resource.Resource {
+	case "resourceclaims":
+		var c resourceapi.ResourceClaim
+		if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
+			return deny(http.StatusBadRequest, fmt.Sprintf("ResourceClaim: %v", err))
+		}
+		if req.SubResource != "" {
+			return resp // status updates are the scheduler's and drivers'
+		}
+		spec = &c.Spec
+	case "resourceclaimtemplates":
+		var c resourceapi.ResourceClaimTemplate
+		if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
+			return deny(http.StatusBadRequest, fmt.Sprintf("ResourceClaimTemplate: %v", err))
+		}
+		spec, field = &c.Spec.Spec, "spec.spec"
+	default:
+		return resp
+	}
+	probs := draconfig.CheckClaimSpec(spec, field, ClassType)
+	if len(probs) == 0 {
+		return resp
+	}
+	msgs := make([]string, len(probs))
+	for i, p := range probs {
+		msgs[i] = p.Error()
+	}
+	return deny(http.StatusUnprocessableEntity, dradriver.DriverName+": "+strings.Join(msgs, "; "))
+}
+
+// Handler serves AdmissionReviews (admission.k8s.io/v1) on Path.
+func Handler(log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+Path, func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		if err != nil || len(body) > maxBody {
+			http.Error(w, "AdmissionReview: unreadable or over 6 MiB", http.StatusRequestEntityTooLarge)
+			return
+		}
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+			http.Error(w, fmt.Sprintf("want an admission.k8s.io/v1 AdmissionReview with a request (%v)", err), http.StatusBadRequest)
+			return
+		}
+		resp := Review(review.Request)
+		if !resp.Allowed {
+			log.Info("denied", "kind", review.Request.Kind.Kind, "namespace", review.Request.Namespace, "name", review.Request.Name, "why", resp.Result.Message)
+		}
+		out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Response: resp}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(&out)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	return mux
+}

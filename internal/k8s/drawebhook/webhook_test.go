@@ -1,0 +1,168 @@
+package drawebhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
+)
+
+func claim(ns, name, class, params string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}},
+		}}}
+	if params != "" {
+		c.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.gpuslice.dev", Parameters: runtime.RawExtension{Raw: []byte(params)}}}}}
+	}
+	return c
+}
+
+const (
+	goodMPS  = `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":50}}}`
+	badFair  = `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"Fair"}}`
+	badField = `{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"mps","treads":20}`
+)
+
+func review(t *testing.T, h http.Handler, resource string, obj any, op admissionv1.Operation) *admissionv1.AdmissionResponse {
+	t.Helper()
+	raw, _ := json.Marshal(obj)
+	in := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{UID: "u1", Operation: op,
+			Resource: metav1.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: resource},
+			Object:   runtime.RawExtension{Raw: raw}}}
+	body, _ := json.Marshal(in)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", Path, bytes.NewReader(body)))
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil || out.Response.UID != "u1" {
+		t.Fatalf("response %s: %v", rec.Body, err)
+	}
+	return out.Response
+}
+
+func TestHandler(t *testing.T) {
+	h := Handler(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if r := review(t, h, "resourceclaims", claim("a", "ok", "shared.gpuslice.dev", goodMPS), admissionv1.Create); !r.Allowed {
+		t.Fatalf("good claim denied: %+v", r.Result)
+	}
+	r := review(t, h, "resourceclaims", claim("a", "bad", "shared.gpuslice.dev", badFair), admissionv1.Create)
+	if r.Allowed || !strings.Contains(r.Result.Message, `spec.devices.config[0].opaque.parameters.sharing.strategy "Fair": valid are TimeSlicing, MPS`) {
+		t.Fatalf("bad claim: %+v", r.Result)
+	}
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "t"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claim("", "", "shared.gpuslice.dev", badField).Spec}}
+	r = review(t, h, "resourceclaimtemplates", tmpl, admissionv1.Update)
+	if r.Allowed || !strings.Contains(r.Result.Message, "spec.spec.devices.config[0].opaque.parameters.treads: unknown field; valid fields here are") {
+		t.Fatalf("bad template: %+v", r.Result)
+	}
+	// Deletes, other resources and other drivers' configs pass.
+	if r := review(t, h, "resourceclaims", claim("a", "bad", "shared.gpuslice.dev", badFair), admissionv1.Delete); !r.Allowed {
+		t.Fatal("delete denied")
+	}
+	if r := review(t, h, "deviceclasses", map[string]any{"spec": 1}, admissionv1.Create); !r.Allowed {
+		t.Fatal("other resource denied")
+	}
+	// Garbage is a 400, not a panic.
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", Path, strings.NewReader("{")))
+	if rec.Code != http.StatusBadRequest {
+		t.Fatalf("garbage: %d", rec.Code)
+	}
+}
+
+// On a real kube-apiserver v1.36.3: with the webhook registered, a claim
+// (and a template) whose config the kubelet plugin would refuse is denied
+// at create with the field's path; a good claim is created.
+func TestWebhookOnAPIServer(t *testing.T) {
+	srv := apitest.Start(t)
+	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	t.Cleanup(ts.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+	cs, err := kubernetes.NewForConfig(srv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fail := admissionregv1.Fail
+	none := admissionregv1.SideEffectClassNone
+	url := ts.URL + Path
+	hook := &admissionregv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "gpuslice"},
+		Webhooks: []admissionregv1.ValidatingWebhook{{
+			Name:                    "claims.gpu.gpuslice.dev",
+			ClientConfig:            admissionregv1.WebhookClientConfig{URL: &url, CABundle: ca},
+			Rules:                   []admissionregv1.RuleWithOperations{{Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update}, Rule: admissionregv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"resourceclaims", "resourceclaimtemplates"}}}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+		}}}
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.EnsureNamespace(ctx, "team-a"); err != nil {
+		t.Fatal(err)
+	}
+	claims := cs.ResourceV1().ResourceClaims("team-a")
+	// The API server picks the configuration up within a second or so.
+	var last error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		_, last = claims.Create(ctx, claim("team-a", "probe", "shared.gpuslice.dev", badFair), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if last != nil {
+			break
+		}
+	}
+	if last == nil || !apierrors.IsInvalid(last) && !strings.Contains(last.Error(), "denied the request") {
+		t.Fatalf("bad claim not denied by the webhook: %v", last)
+	}
+	if !strings.Contains(last.Error(), `spec.devices.config[0].opaque.parameters.sharing.strategy "Fair": valid are TimeSlicing, MPS`) {
+		t.Fatalf("denial does not name the field: %v", last)
+	}
+	if _, err := claims.Create(ctx, claim("team-a", "good", "shared.gpuslice.dev", goodMPS), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("good claim refused: %v", err)
+	}
+	if _, err := claims.Create(ctx, claim("team-a", "plain", "gpu.gpuslice.dev", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("claim without config refused: %v", err)
+	}
+	_, err = claims.Create(ctx, claim("team-a", "excl", "shared.gpuslice.dev", `{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"exclusive"}`), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), `request "gpu": mode exclusive on a shared GPU: use device class gpu.gpuslice.dev`) {
+		t.Fatalf("exclusive on the shared class: %v", err)
+	}
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "t"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claim("", "", "shared.gpuslice.dev", badField).Spec}}
+	_, err = cs.ResourceV1().ResourceClaimTemplates("team-a").Create(ctx, tmpl, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "spec.spec.devices.config[0].opaque.parameters.treads: unknown field") {
+		t.Fatalf("bad template: %v", err)
+	}
+	// A claim's spec is immutable; a metadata update of an admitted claim
+	// passes the webhook.
+	got, err := claims.Get(ctx, "good", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Labels = map[string]string{"x": "y"}
+	if _, err := claims.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("label update refused: %v", err)
+	}
+}
