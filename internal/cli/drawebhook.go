@@ -22,7 +22,7 @@ import (
 
 // draWebhookCmd serves the validating admission webhook for claims.
 func draWebhookCmd(e *env) *cobra.Command {
-	var listen, certFile, keyFile, selfSignedDir string
+	var listen, certFile, keyFile, selfSignedDir, schedulerName string
 	var dnsNames []string
 	cmd := &cobra.Command{
 		Use:   "dra-webhook",
@@ -37,7 +37,12 @@ when it is created, with the field's path and what would be valid:
 
 TLS is required by the API server: --tls-cert/--tls-key (e.g. from a cert-manager Secret), or
 --tls-self-signed DIR, which writes a self-signed certificate for --dns-name (the webhook
-Service's name, e.g. gpuslice-webhook.gpuslice.svc) and prints its caBundle.`,
+Service's name, e.g. gpuslice-webhook.gpuslice.svc) and prints its caBundle.
+
+On ` + drawebhook.PodPath + ` it is also a mutating webhook for pods: a pod that asks for GPUs (resource
+claims, or nvidia.com/gpu) and names no scheduler of its own gets spec.schedulerName
+--scheduler-name. Register it with a namespaceSelector (e.g. gpuslice.dev/scheduler:
+gpuslice-scheduler) so only the namespaces that opt in move to gpuslice-scheduler.`,
 		Example: "  gpuslice dra-webhook --tls-cert /tls/tls.crt --tls-key /tls/tls.key\n  gpuslice dra-webhook --tls-self-signed /tmp/wh --dns-name gpuslice-webhook.gpuslice.svc --listen 127.0.0.1:8443",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -69,7 +74,7 @@ Service's name, e.g. gpuslice-webhook.gpuslice.svc) and prints its caBundle.`,
 			if err != nil {
 				return fmt.Errorf("--listen %s: %w", listen, err)
 			}
-			srv := &http.Server{Handler: drawebhook.Handler(log), ReadHeaderTimeout: 10 * time.Second,
+			srv := &http.Server{Handler: drawebhook.Handler(log, schedulerName), ReadHeaderTimeout: 10 * time.Second,
 				TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -90,6 +95,7 @@ Service's name, e.g. gpuslice-webhook.gpuslice.svc) and prints its caBundle.`,
 	cmd.Flags().StringVar(&certFile, "tls-cert", "", "PEM certificate for the webhook's Service name")
 	cmd.Flags().StringVar(&keyFile, "tls-key", "", "PEM private key of --tls-cert")
 	cmd.Flags().StringVar(&selfSignedDir, "tls-self-signed", "", "write (once) and use a self-signed certificate in this directory")
+	cmd.Flags().StringVar(&schedulerName, "scheduler-name", "gpuslice-scheduler", "schedulerName set on GPU pods by "+drawebhook.PodPath+` ("" serves claims only)`)
 	cmd.Flags().StringSliceVar(&dnsNames, "dns-name", nil, "DNS names for the self-signed certificate (the Service: NAME.NAMESPACE.svc)")
 	return cmd
 }

@@ -84,10 +84,24 @@ func Review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	return deny(http.StatusUnprocessableEntity, dradriver.DriverName+": "+strings.Join(msgs, "; "))
 }
 
-// Handler serves AdmissionReviews (admission.k8s.io/v1) on Path.
-func Handler(log *slog.Logger) http.Handler {
+// Handler serves AdmissionReviews (admission.k8s.io/v1): claims on Path
+// (validating), and pods on PodPath (mutating: schedulerName set to
+// schedulerName; "" leaves PodPath unserved).
+func Handler(log *slog.Logger, schedulerName string) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+Path, func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST "+Path, serve(log, Review))
+	if schedulerName != "" {
+		mux.Handle("POST "+PodPath, serve(log, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+			return SchedulePod(req, schedulerName)
+		}))
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	return mux
+}
+
+// serve answers AdmissionReviews with decide.
+func serve(log *slog.Logger, decide func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 		if err != nil || len(body) > maxBody {
 			http.Error(w, "AdmissionReview: unreadable or over 6 MiB", http.StatusRequestEntityTooLarge)
@@ -98,14 +112,12 @@ func Handler(log *slog.Logger) http.Handler {
 			http.Error(w, fmt.Sprintf("want an admission.k8s.io/v1 AdmissionReview with a request (%v)", err), http.StatusBadRequest)
 			return
 		}
-		resp := Review(review.Request)
+		resp := decide(review.Request)
 		if !resp.Allowed {
 			log.Info("denied", "kind", review.Request.Kind.Kind, "namespace", review.Request.Namespace, "name", review.Request.Name, "why", resp.Result.Message)
 		}
 		out := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Response: resp}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(&out)
-	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	return mux
+	}
 }

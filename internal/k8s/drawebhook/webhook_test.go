@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,8 +16,10 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -63,7 +66,7 @@ func review(t *testing.T, h http.Handler, resource string, obj any, op admission
 }
 
 func TestHandler(t *testing.T) {
-	h := Handler(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h := Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler")
 	if r := review(t, h, "resourceclaims", claim("a", "ok", "shared.gpuslice.dev", goodMPS), admissionv1.Create); !r.Allowed {
 		t.Fatalf("good claim denied: %+v", r.Result)
 	}
@@ -97,7 +100,7 @@ func TestHandler(t *testing.T) {
 // at create with the field's path; a good claim is created.
 func TestWebhookOnAPIServer(t *testing.T) {
 	srv := apitest.Start(t)
-	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler"))
 	t.Cleanup(ts.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
 	cs, err := kubernetes.NewForConfig(srv.Config)
@@ -164,5 +167,110 @@ func TestWebhookOnAPIServer(t *testing.T) {
 	got.Labels = map[string]string{"x": "y"}
 	if _, err := claims.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("label update refused: %v", err)
+	}
+}
+
+func pod(ns, name, scheduler string, claims bool, gpus bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{SchedulerName: scheduler, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if claims {
+		tmpl := "gpu"
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &tmpl}}
+	}
+	if gpus {
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{GPUResource: resource.MustParse("1")}
+	}
+	return p
+}
+
+func TestSchedulePod(t *testing.T) {
+	cases := []struct {
+		name  string
+		pod   *corev1.Pod
+		patch string
+	}{
+		{"claims, no scheduler", pod("a", "p", "", true, false), `[{"op":"add","path":"/spec/schedulerName","value":"gpuslice-scheduler"}]`},
+		{"nvidia.com/gpu, default scheduler", pod("a", "p", "default-scheduler", false, true), `[{"op":"replace","path":"/spec/schedulerName","value":"gpuslice-scheduler"}]`},
+		{"no GPUs", pod("a", "p", "", false, false), ""},
+		{"a scheduler of the user's", pod("a", "p", "volcano", true, false), ""},
+		{"already ours", pod("a", "p", "gpuslice-scheduler", true, false), ""},
+	}
+	for _, c := range cases {
+		raw, _ := json.Marshal(c.pod)
+		r := SchedulePod(&admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create,
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Object: runtime.RawExtension{Raw: raw}}, "gpuslice-scheduler")
+		if !r.Allowed || string(r.Patch) != c.patch {
+			t.Errorf("%s: allowed %v patch %s, want %s", c.name, r.Allowed, r.Patch, c.patch)
+		}
+	}
+}
+
+// On a real kube-apiserver: pods asking for GPUs in a namespace labelled
+// for gpuslice-scheduler get its schedulerName; other namespaces' pods and
+// pods that chose a scheduler keep theirs.
+func TestSchedulerNameOnAPIServer(t *testing.T) {
+	srv := apitest.Start(t)
+	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler"))
+	t.Cleanup(ts.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+	cs, err := kubernetes.NewForConfig(srv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fail := admissionregv1.Fail
+	none := admissionregv1.SideEffectClassNone
+	url := ts.URL + PodPath
+	hook := &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "gpuslice-scheduler"},
+		Webhooks: []admissionregv1.MutatingWebhook{{
+			Name:                    "pods.gpu.gpuslice.dev",
+			ClientConfig:            admissionregv1.WebhookClientConfig{URL: &url, CABundle: ca},
+			Rules:                   []admissionregv1.RuleWithOperations{{Operations: []admissionregv1.OperationType{admissionregv1.Create}, Rule: admissionregv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"gpuslice.dev/scheduler": "gpuslice-scheduler"}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+		}}}
+	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"ml", "web"} {
+		if err := srv.EnsureNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nsObj, err := cs.CoreV1().Namespaces().Get(ctx, "ml", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels["gpuslice.dev/scheduler"] = "gpuslice-scheduler"
+	if _, err := cs.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The API server picks the configuration up within a second or so.
+	var got *corev1.Pod
+	for i := 0; ; i++ {
+		got, err = cs.CoreV1().Pods("ml").Create(ctx, pod("ml", fmt.Sprintf("probe-%d", i), "", true, false), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.SchedulerName == "gpuslice-scheduler" || i > 150 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	want := map[string]string{"ml/claims": "gpuslice-scheduler", "ml/gpus": "gpuslice-scheduler", "ml/cpu": "default-scheduler",
+		"ml/own": "volcano", "web/claims": "default-scheduler"}
+	pods := []*corev1.Pod{pod("ml", "claims", "", true, false), pod("ml", "gpus", "", false, true), pod("ml", "cpu", "", false, false),
+		pod("ml", "own", "volcano", true, false), pod("web", "claims", "", true, false)}
+	for _, p := range pods {
+		got, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("%s/%s: %v", p.Namespace, p.Name, err)
+		}
+		if w := want[p.Namespace+"/"+p.Name]; got.Spec.SchedulerName != w {
+			t.Errorf("%s/%s: schedulerName %q, want %q", p.Namespace, p.Name, got.Spec.SchedulerName, w)
+		}
 	}
 }
