@@ -52,14 +52,14 @@ else
   echo "   skipped (GPUSLICE_SKIP_APISERVER=1)"
 fi
 
-phase "gpuslice-scheduler: build it (cmd/gpuslice-scheduler, its own go.mod) and vet its module"
+phase "gpuslice-scheduler: build it (cmd/gpuslice-scheduler, its own go.mod), vet its module and run its plugin's unit tests"
 # kube-scheduler v1.36.3 with gpuslice's plugin; the first build compiles
 # kube-scheduler (minutes), later ones take seconds. internal/k8s/schedtest
 # runs the binary against the control plane (GPUSLICE_SCHEDULER_BIN
 # overrides it; skipped with the API server tests).
 if [ "${GPUSLICE_SKIP_APISERVER:-}" != 1 ]; then
   export GPUSLICE_SCHEDULER_BIN="$(scripts/gpuslice-scheduler.sh)"
-  (cd cmd/gpuslice-scheduler && GOWORK=off GOFLAGS=-mod=readonly go vet ./...)
+  (cd cmd/gpuslice-scheduler && GOWORK=off GOFLAGS=-mod=readonly go vet ./... && GOWORK=off GOFLAGS=-mod=readonly go test -count=1 ./...)
 else
   echo "   skipped (GPUSLICE_SKIP_APISERVER=1)"
 fi

@@ -509,6 +509,9 @@ var readmeSteps = map[string]readmeStep{
 	"$bin --config sched.yaml --leader-elect=true": {
 		skip: "needs a Kubernetes cluster; internal/k8s/schedtest runs the built binary against a real kube-apiserver with this profile",
 	},
+	"kubectl annotate namespace team-a gpuslice.dev/gpu-memory-quota=40Gi gpuslice.dev/gpu-compute-quota=250": {
+		skip: "needs a Kubernetes cluster; internal/k8s/schedtest's TestNamespaceQuota sets these annotations on a real kube-apiserver",
+	},
 	"./gpuslice tokens create --role agent --node sim-1": {
 		want: []string{"gs_a_"},
 		check: func(w *walk, out string) error {

@@ -265,19 +265,6 @@ func (l *ledger) unreserve(uid types.UID) {
 	}
 }
 
-// usage sums what a namespace's claims hold.
-func (l *ledger) usage(ns string) (memMiB int64, compute int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, e := range l.claims {
-		if e.namespace == ns {
-			memMiB += e.memMiB
-			compute += e.compute
-		}
-	}
-	return memMiB, compute
-}
-
 // holds is the GPU memory (MiB) and compute (percent of a GPU) an
 // allocation holds.
 func holds(a *alloc.Allocation) (int64, int) {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
@@ -60,6 +61,8 @@ type Plugin struct {
 	args  Args
 	now   func() time.Time
 	wait  *waiting
+	// namespaces reads the pods' namespaces for their GPU quotas.
+	namespaces corelisters.NamespaceLister
 	// synced are the ledger's informer registrations: nothing is decided
 	// until they have delivered the initial lists (a restarted scheduler
 	// must see every allocation before it makes one).
@@ -176,6 +179,23 @@ func (p *Plugin) watch(ctx context.Context) error {
 		DeleteFunc: func(o any) { claim(o, true) },
 	})
 	p.synced = append(p.synced, reg)
+	if err != nil {
+		return err
+	}
+	// Namespaces, for their quotas; a quota raised or removed may let a
+	// waiting pod fit.
+	p.namespaces = inf.Core().V1().Namespaces().Lister()
+	reg, err = inf.Core().V1().Namespaces().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*v1.Namespace)
+			n, ok2 := cur.(*v1.Namespace)
+			if ok1 && ok2 && (o.Annotations[QuotaMemoryAnnotation] != n.Annotations[QuotaMemoryAnnotation] ||
+				o.Annotations[QuotaComputeAnnotation] != n.Annotations[QuotaComputeAnnotation]) {
+				p.led.freed()
+			}
+		},
+	})
+	p.synced = append(p.synced, reg)
 	return err
 }
 
@@ -186,6 +206,8 @@ func (p *Plugin) Name() string { return Name }
 type cycle struct {
 	ours     bool
 	gen      uint64 // the waiting generation when the cycle began
+	ns       string // the pod's namespace
+	quota    *quota // the namespace's GPU quota (nil: none)
 	priority int
 	claims   []*resourceapi.ResourceClaim // the pod's gpuslice claims
 	toAlloc  []int                        // indices into claims still to allocate
@@ -219,7 +241,7 @@ type reserved struct {
 func (c *cycle) Clone() fwk.StateData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d := &cycle{ours: c.ours, gen: c.gen, priority: c.priority, claims: c.claims, toAlloc: c.toAlloc, acs: c.acs, node: c.node,
+	d := &cycle{ours: c.ours, gen: c.gen, ns: c.ns, quota: c.quota, priority: c.priority, claims: c.claims, toAlloc: c.toAlloc, acs: c.acs, node: c.node,
 		classes: c.classes, results: map[string]*nodeResult{}, removed: map[string]map[types.UID]bool{}}
 	for n, m := range c.removed {
 		d.removed[n] = maps_clone(m)
@@ -314,9 +336,14 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			return nil, fwk.AsStatus(errors.New("gpuslice-scheduler is still reading ResourceSlices and ResourceClaims"))
 		}
 	}
-	c := &cycle{ours: true, gen: p.wait.generation(), priority: int(ptr.Deref(pod.Spec.Priority, 0)), results: map[string]*nodeResult{},
+	c := &cycle{ours: true, gen: p.wait.generation(), ns: pod.Namespace, priority: int(ptr.Deref(pod.Spec.Priority, 0)), results: map[string]*nodeResult{},
 		removed: map[string]map[types.UID]bool{}, classes: map[string]*resourceapi.DeviceClass{}}
 	cs.Write(stateKey, c)
+	if ns, err := p.namespaces.Get(pod.Namespace); err == nil {
+		if c.quota, err = quotaOf(ns); err != nil {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		}
+	}
 	for _, rc := range claims {
 		if !draalloc.IsOurs(rc) {
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
@@ -456,6 +483,11 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 // fit.
 func (p *Plugin) decide(c *cycle, node string, labels map[string]string, skip map[types.UID]bool, commit bool) (*nodeResult, string, error) {
 	p.led.mu.Lock()
+	var usedMem int64
+	var usedComp int
+	if c.quota != nil {
+		usedMem, usedComp = p.led.usageLocked(c.ns, skip)
+	}
 	n, st, err := p.led.state(node, labels, skip)
 	if !commit {
 		p.led.mu.Unlock()
@@ -507,6 +539,12 @@ func (p *Plugin) decide(c *cycle, node string, labels map[string]string, skip ma
 			applied = append(applied, a.Claim)
 		}
 		r.as = append(r.as, a)
+	}
+	if c.quota != nil {
+		mem, comp := holdsAll(r.as)
+		if why := c.quota.exceeded(c.ns, usedMem, usedComp, mem, comp); why != "" {
+			return fail(why)
+		}
 	}
 	if commit {
 		for i, a := range r.as {
