@@ -46,13 +46,18 @@ type cluster struct {
 // newCluster starts etcd, kube-apiserver and gpuslice-scheduler, and
 // creates gpuslice's DeviceClasses and the namespaces.
 func newCluster(t *testing.T, profile string, namespaces ...string) *cluster {
-	bin := apitest.GpusliceSchedulerBinary(t)
+	return newClusterOf(t, apitest.GpusliceSchedulerBinary(t), profile, namespaces...)
+}
+
+// newClusterOf is newCluster with the scheduler binary chosen ("": the
+// stock kube-scheduler, in its default profile when profile is "-").
+func newClusterOf(t *testing.T, bin, profile string, namespaces ...string) *cluster {
 	srv := apitest.Start(t)
 	cs, err := kubernetes.NewForConfig(srv.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), clusterTimeout)
 	t.Cleanup(cancel)
 	for _, ns := range namespaces {
 		if err := srv.EnsureNamespace(ctx, ns); err != nil {
@@ -64,8 +69,11 @@ func newCluster(t *testing.T, profile string, namespaces ...string) *cluster {
 			t.Fatal(err)
 		}
 	}
-	if profile == "" {
+	switch profile {
+	case "":
 		profile = Profile
+	case "-":
+		profile = ""
 	}
 	c := &cluster{t: t, ctx: ctx, cs: cs, srv: srv, bin: bin, opts: apitest.SchedulerOptions{Binary: bin, Profiles: profile}}
 	c.sched = apitest.StartScheduler(t, srv, c.opts)
@@ -107,6 +115,7 @@ type podSpec struct {
 	ns, name, class, selector, memory string
 	priority                          string // a PriorityClass name
 	scheduler                         string
+	isolation                         string // the claim's gpuslice.dev/isolation annotation
 }
 
 // create makes the pod's ResourceClaim and the pod.
@@ -121,6 +130,9 @@ func (c *cluster) create(p podSpec) {
 	}
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: p.ns},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}}}
+	if p.isolation != "" {
+		claim.Annotations = map[string]string{"gpuslice.dev/isolation": p.isolation}
+	}
 	if _, err := c.cs.ResourceV1().ResourceClaims(p.ns).Create(c.ctx, claim, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
