@@ -50,6 +50,11 @@ const stateKey fwk.StateKey = Name
 type Args struct {
 	// Placement is binpack (default) or spread, as in gpuslice serve.
 	Placement string `json:"placement,omitempty"`
+	// ReserveAfter is how long a GPU pod may stay unschedulable while
+	// pods of its priority or lower take the room it waits for; after
+	// it, a node is held for it (serve's --reserve-after). A duration
+	// ("5m", the default); "0" turns the rule off.
+	ReserveAfter string `json:"reserveAfter,omitempty"`
 }
 
 // Plugin is GpusliceDynamicResources.
@@ -61,8 +66,13 @@ type Plugin struct {
 	args  Args
 	now   func() time.Time
 	wait  *waiting
+	// reserveAfter and hold: the starvation rule (reserve.go).
+	reserveAfter time.Duration
+	hold         holding
 	// namespaces reads the pods' namespaces for their GPU quotas.
 	namespaces corelisters.NamespaceLister
+	// pods tells whether the pod holding a node still waits.
+	pods corelisters.PodLister
 	// synced are the ledger's informer registrations: nothing is decided
 	// until they have delivered the initial lists (a restarted scheduler
 	// must see every allocation before it makes one).
@@ -105,11 +115,19 @@ func New(ctx context.Context, obj runtime.Object, fh fwk.Handle, fts plfeature.F
 		dec := json.NewDecoder(strings.NewReader(string(u.Raw)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&args); err != nil {
-			return nil, fmt.Errorf("%s args: %w (fields: placement)", Name, err)
+			return nil, fmt.Errorf("%s args: %w (fields: placement, reserveAfter)", Name, err)
 		}
 	}
 	if args.Placement != "binpack" && args.Placement != "spread" {
 		return nil, fmt.Errorf("%s args: placement %q: want binpack or spread", Name, args.Placement)
+	}
+	reserveAfter := 5 * time.Minute
+	if args.ReserveAfter != "" {
+		d, err := time.ParseDuration(args.ReserveAfter)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%s args: reserveAfter %q: want a duration such as 5m (0: off)", Name, args.ReserveAfter)
+		}
+		reserveAfter = d
 	}
 	stock, err := dynamicresources.New(ctx, &config.DynamicResourcesArgs{
 		FilterTimeout:  &metav1.Duration{Duration: config.DynamicResourcesFilterTimeoutDefault},
@@ -121,7 +139,7 @@ func New(ctx context.Context, obj runtime.Object, fh fwk.Handle, fts plfeature.F
 	if _, ok := stock.(stockPlugin); !ok {
 		return nil, errors.New("the stock DynamicResources plugin lacks an extension point this wrapper delegates")
 	}
-	p := &Plugin{stock: stock, fh: fh, cs: fh.ClientSet(), args: args, now: time.Now,
+	p := &Plugin{stock: stock, fh: fh, cs: fh.ClientSet(), args: args, now: time.Now, reserveAfter: reserveAfter,
 		led: newLedger(draalloc.Policy(args.Placement), catalog.Default()), wait: newWaiting()}
 	p.led.onFree = func() { p.wait.freed(activator(fh)) }
 	if err := p.watch(ctx); err != nil {
@@ -185,6 +203,7 @@ func (p *Plugin) watch(ctx context.Context) error {
 	// Namespaces, for their quotas; a quota raised or removed may let a
 	// waiting pod fit.
 	p.namespaces = inf.Core().V1().Namespaces().Lister()
+	p.pods = inf.Core().V1().Pods().Lister()
 	reg, err = inf.Core().V1().Namespaces().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*v1.Namespace)
@@ -462,6 +481,10 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if len(c.toAlloc) == 0 {
 		return nil
 	}
+	p.holderGone()
+	if held, note := p.hold.held(pod.UID, c.priority, p.now()); held == node.Name {
+		return fwk.NewStatus(fwk.Unschedulable, note)
+	}
 	c.mu.Lock()
 	skip := c.removed[node.Name]
 	c.mu.Unlock()
@@ -614,6 +637,7 @@ func gpuMemory(st *alloc.State, uuid string) int64 {
 // gpuslice pods (preemption is DefaultPreemption's, with RemovePod).
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	if c := ours(cs); c != nil {
+		p.starving(pod, c, p.now())
 		if p.wait.unschedulable(pod, c.gen) {
 			p.wait.freed(activator(p.fh))
 		}
@@ -685,6 +709,9 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	}
 	if r == nil {
 		return fwk.NewStatus(fwk.Unschedulable, "gpuslice: the node changed since Filter: "+reason)
+	}
+	if p.hold.release(pod.UID) {
+		p.led.freed() // pods kept off the held node may try it again
 	}
 	for _, rv := range c.reserved {
 		claim := rv.claim.DeepCopy()
