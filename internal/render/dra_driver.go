@@ -65,11 +65,7 @@ func RenderWith(target string, s *model.Spec, p *plan.Plan, o Options) ([]byte, 
 	// The DeviceClasses go first, after the header comments.
 	var classes []byte
 	if drv.gpuslice {
-		objs, err := gpusliceDeviceClasses()
-		if err != nil {
-			return nil, err
-		}
-		classes, err = documents(nil, objs, [][]string{{"whole GPUs of gpuslice's DRA driver (also serving nvidia.com/gpu)"},
+		classes, err = documents(nil, gpusliceDeviceClasses(), [][]string{{"whole GPUs of gpuslice's DRA driver (also serving nvidia.com/gpu)"},
 			{"shares of a GPU by memory (consumable capacity)"}, {"MIG instances (select the profile)"}})
 		if err != nil {
 			return nil, err

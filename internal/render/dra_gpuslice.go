@@ -1,13 +1,11 @@
 package render
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/plan"
 )
@@ -16,6 +14,17 @@ import (
 const (
 	DRADriverNVIDIA   = "nvidia"   // NVIDIA's k8s-dra-driver-gpu (gpu.nvidia.com), the default
 	DRADriverGpuslice = "gpuslice" // gpuslice's own driver (gpu.gpuslice.dev, "gpuslice dra-driver")
+)
+
+// gpuslice's DRA driver and its DeviceClasses, as internal/k8s/dradriver
+// names them (render stays free of Kubernetes packages; a test checks the
+// two agree).
+const (
+	gsDriver      = "gpu.gpuslice.dev"
+	gsClassGPU    = "gpu.gpuslice.dev"
+	gsClassShared = "shared.gpuslice.dev"
+	gsClassMIG    = "mig.gpuslice.dev"
+	gsLegacyGPU   = "nvidia.com/gpu" // the extended resource the whole-GPU class serves
 )
 
 // DRADrivers lists the values of Options.DRADriver.
@@ -50,9 +59,9 @@ var (
 	// shared by one ResourceClaim when the plan shares it. Every device of
 	// a GPU carries its index, so same-GPU constraints match on it.
 	gpusliceDRA = &draDriver{
-		title: "gpuslice's DRA driver", domain: dradriver.DriverName, gpuslice: true,
-		gpuClass: dradriver.ClassGPU, migClass: dradriver.ClassMIG, sharedClass: dradriver.ClassShared,
-		sameGPU: dradriver.DriverName + "/index", config: sliceConfig,
+		title: "gpuslice's DRA driver", domain: gsDriver, gpuslice: true,
+		gpuClass: gsClassGPU, migClass: gsClassMIG, sharedClass: gsClassShared,
+		sameGPU: gsDriver + "/index", config: sliceConfig,
 		attributes: []string{"type", "index", "uuid", "productName", "architecture", "model", "cudaComputeCapability",
 			"driverVersion", "profile", "start", "parentUUID"},
 		capacities: []string{"memory", "compute"},
@@ -65,7 +74,7 @@ var (
 // the same names) in gpuslice's driver's domain.
 func gpusliceSelector(expr string) (string, error) {
 	out, err := nvidiaSelector(expr, catalog.Default())
-	return toDomain(out, gpuClass, dradriver.DriverName), err
+	return toDomain(out, gpuClass, gsDriver), err
 }
 
 // toDomain renames a driver domain quoted in a CEL expression.
@@ -146,7 +155,7 @@ func sliceConfig(r alloc.Request, mode alloc.Mode, got alloc.Assigned, _ string)
 // the catalog's id as the attribute model. "" for MIG requests, an
 // unknown pool, or a request whose selector already names the model.
 func gpusliceModelSelector(p *plan.Plan, wl *model.Workload, r alloc.Request, class string) string {
-	if class == dradriver.ClassMIG || strings.Contains(r.Selector, "productName") || strings.Contains(r.Selector, ".model") {
+	if class == gsClassMIG || strings.Contains(r.Selector, "productName") || strings.Contains(r.Selector, ".model") {
 		return ""
 	}
 	pp := poolOf(p, wl)
@@ -157,35 +166,28 @@ func gpusliceModelSelector(p *plan.Plan, wl *model.Workload, r alloc.Request, cl
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("device.attributes['%s'].model == '%s'", dradriver.DriverName, g.ID)
+	return fmt.Sprintf("device.attributes['%s'].model == '%s'", gsDriver, g.ID)
 }
 
 // gpusliceDRAHeader is the dra target's header for gpuslice's driver.
 func gpusliceDRAHeader(s *model.Spec) []string {
-	return []string{"DRA objects rendered by gpuslice from " + strings.Join(s.Sources, ", ") + " for gpuslice's DRA driver (" + dradriver.DriverName + "):",
-		"per workload a ResourceClaimTemplate (whole GPUs: " + dradriver.ClassGPU + "; shares of a GPU: " + dradriver.ClassShared + ", each pod's",
-		"claim consuming its memory; MIG: " + dradriver.ClassMIG + "), a ResourceClaim per MIG device the plan shares, and",
+	return []string{"DRA objects rendered by gpuslice from " + strings.Join(s.Sources, ", ") + " for gpuslice's DRA driver (" + gsDriver + "):",
+		"per workload a ResourceClaimTemplate (whole GPUs: " + gsClassGPU + "; shares of a GPU: " + gsClassShared + ", each pod's",
+		"claim consuming its memory; MIG: " + gsClassMIG + "), a ResourceClaim per MIG device the plan shares, and",
 		"Deployments whose pods use them as planned. The DeviceClasses come with the Helm chart (deploy/helm/gpuslice)",
 		"or gpuslice dra classes; render --dra-device-classes writes them here too. Sharing is set by SliceConfig",
 		"(" + sliceConfigAPIVersion + "). Pods may set schedulerName: gpuslice-scheduler to have gpuslice's allocator place them."}
 }
 
-// gpusliceDeviceClasses are dradriver.DeviceClasses as render objects.
-func gpusliceDeviceClasses() ([]obj, error) {
-	var out []obj
-	for _, dc := range dradriver.DeviceClasses() {
-		b, err := json.Marshal(dc)
-		if err != nil {
-			return nil, err
-		}
-		var o obj
-		if err := json.Unmarshal(b, &o); err != nil {
-			return nil, err
-		}
-		if m, ok := o["metadata"].(map[string]any); ok {
-			delete(m, "creationTimestamp")
-		}
-		out = append(out, o)
+// gpusliceDeviceClasses are the driver's classes (dradriver.DeviceClasses,
+// what "gpuslice dra classes" prints).
+func gpusliceDeviceClasses() []obj {
+	class := func(name, typ string) obj {
+		return obj{"apiVersion": draAPI, "kind": "DeviceClass", "metadata": obj{"name": name},
+			"spec": obj{"selectors": []obj{{"cel": obj{"expression": fmt.Sprintf(
+				`device.driver == %q && device.attributes[%q].type == %q`, gsDriver, gsDriver, typ)}}}}}
 	}
-	return out, nil
+	gpu := class(gsClassGPU, "gpu")
+	gpu["spec"].(obj)["extendedResourceName"] = gsLegacyGPU
+	return []obj{gpu, class(gsClassShared, "shared"), class(gsClassMIG, "mig")}
 }

@@ -125,6 +125,9 @@ func TestDRAGpusliceDeviceClasses(t *testing.T) {
 			got = append(got, dc)
 		}
 	}
+	if gsDriver != dradriver.DriverName || gsLegacyGPU != dradriver.LegacyGPUResource {
+		t.Errorf("render names the driver %s (legacy %s), dradriver %s (%s)", gsDriver, gsLegacyGPU, dradriver.DriverName, dradriver.LegacyGPUResource)
+	}
 	want := dradriver.DeviceClasses()
 	if len(got) != len(want) {
 		t.Fatalf("%d DeviceClasses, want %d", len(got), len(want))
