@@ -210,11 +210,17 @@ scheduler: {enabled: false}`,
 // render with a message naming the value and what would be valid.
 func TestValuesRefused(t *testing.T) {
 	for _, tc := range []struct{ values, want string }{
-		{`webhook: {tls: {mode: manual}}`, `webhook.tls.mode "manual": valid are auto, certManager, secret`},
+		// values.schema.json: Helm refuses these before any template runs.
+		{`webhook: {tls: {mode: manual}}`, `at '/webhook/tls/mode': value must be one of 'auto', 'certManager', 'secret'`},
+		{`scheduler: {placement: fair}`, `at '/scheduler/placement': value must be one of 'binpack', 'spread'`},
+		{`webhook: {tlss: {mode: auto}}`, `at '/webhook': additional properties 'tlss' not allowed`},
+		{`driver: {kubeletdir: /var/lib/k0s/kubelet}`, `at '/driver': additional properties 'kubeletdir' not allowed`},
+		{`driver: {memoryGrace: 30}`, `at '/driver/memoryGrace'`},
+		{`driver: {kubeletDir: var/lib/kubelet}`, `at '/driver/kubeletDir'`},
+		// the templates' own checks (schema cannot say "required when").
 		{`webhook: {tls: {mode: certManager}}`, `webhook.tls.certManager.issuerRef.name is required`},
 		{`webhook: {tls: {mode: secret, caBundle: eA==}}`, `webhook.tls.secretName is required`},
 		{`webhook: {tls: {mode: secret, secretName: x}}`, `webhook.tls.caBundle is required`},
-		{`scheduler: {placement: fair}`, `scheduler.placement "fair": valid are binpack, spread`},
 	} {
 		_, err := render(t, "r", "ns", overrides(t, tc.values))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
