@@ -38,6 +38,8 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 )
 
 // root is the main module's directory; chartDir the chart under test.
@@ -239,4 +241,9 @@ func runGpuslice(t *testing.T, args ...string) []byte {
 		t.Fatalf("gpuslice %s: %v\n%s", strings.Join(args, " "), err, errOut.String())
 	}
 	return out.Bytes()
+}
+
+// engineWithClient renders with Helm's lookup answered by the API server.
+func engineWithClient(c *chart.Chart, vals chartutil.Values, srv *apitest.Server) (map[string]string, error) {
+	return engine.RenderWithClient(c, vals, srv.Config)
 }
