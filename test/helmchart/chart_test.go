@@ -188,6 +188,7 @@ driver:
   simulate: dgx-a100
   metricsPort: 0
   kubeletDir: /var/lib/k0s/kubelet
+  runtimeClassName: nvidia
   nodeSelector: {nvidia.com/gpu.present: "true"}
   resources: {limits: {memory: 256Mi}}
   extraArgs: [--mig-minors=/proc/driver/nvidia-caps/mig-minors]

@@ -280,6 +280,11 @@ func checkDriver(t *testing.T, r rendered, vals map[string]any) {
 		t.Fatalf("driver args %v: want dra-driver first", args)
 	}
 	flagsAccepted(t, args)
+	if d, ok := vals["driver"].(map[string]any); ok && d["runtimeClassName"] != nil {
+		if pod.RuntimeClassName == nil || *pod.RuntimeClassName != d["runtimeClassName"] {
+			t.Errorf("driver runtimeClassName %v, want %v", pod.RuntimeClassName, d["runtimeClassName"])
+		}
+	}
 	role := r.get(t, "ClusterRole", "gs-gpuslice-driver").(*rbacv1.ClusterRole)
 	need := map[string][]string{
 		"resource.k8s.io/resourceslices": {"get", "list", "watch", "create", "update", "delete"},
