@@ -7,9 +7,14 @@
 // scheduler's KubeSchedulerConfiguration decodes strictly with
 // k8s.io/kube-scheduler's types.
 //
+// Every object also passes a server-side dry-run on the test
+// kube-apiserver (apiserver_test.go).
+//
 // It is a separate module so the main module does not depend on Helm (and
-// the many modules Helm brings); it runs the gpuslice binary built from the
-// main module rather than importing it, as test/consumers does.
+// the many modules Helm brings). What gpuslice prints is checked by running
+// the binary built from the main module, as test/consumers does; the only
+// import of the main module is internal/k8s/apitest (replace ../..), whose
+// k8s.io versions (v0.37.2) are the ones Helm v3.22.0 needs too.
 package helmchart
 
 import (
