@@ -95,6 +95,13 @@ phase "consumers: every render parsed by the tools that consume it (test/consume
 # nor go.sum of the main module changes.
 (cd test/consumers && GOTOOLCHAIN=go1.27.3 GOFLAGS=-mod=readonly go test -count=1 ./...)
 
+phase "helm chart: deploy/helm/gpuslice linted and rendered through Helm's Go packages (test/helmchart, its own go.mod)"
+# helm.sh/helm/v3 v3.22.0 from the module proxy, in its own module so the
+# main module does not depend on Helm. Every rendered object is decoded
+# strictly with k8s.io/api; the DeviceClasses must equal `gpuslice dra classes`;
+# every object passes a dry-run on the control plane above (skipped with it).
+(cd test/helmchart && GOFLAGS=-mod=readonly go test -count=1 ./...)
+
 if [ "$fuzztime" != "0" ]; then
   phase "fuzz: every fuzz target, $fuzztime each"
   for pkg in $(go list ./...); do

@@ -151,6 +151,9 @@ func renderCmd(e *env) *cobra.Command {
 			if !slices.Contains(artifacts.Targets(), target) {
 				return enumError("--target", "render target", target, artifacts.Targets())
 			}
+			if !slices.Contains(artifacts.DRADrivers(), opts.DRADriver) {
+				return enumError("--dra-driver", "DRA driver", opts.DRADriver, artifacts.DRADrivers())
+			}
 			s, err := readSpecs(e, args, format)
 			if err != nil {
 				return err
@@ -165,7 +168,7 @@ func renderCmd(e *env) *cobra.Command {
 			}
 			// What the target cannot express of the plan (also in its
 			// output as WARNING comments).
-			for _, w := range artifacts.Warnings(target, s, p) {
+			for _, w := range artifacts.WarningsWith(target, s, p, opts) {
 				fmt.Fprintln(e.errOut, "warning: "+w)
 			}
 			_, err = e.out.Write(out)
@@ -174,7 +177,8 @@ func renderCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&target, "target", "", "what to write: "+strings.Join(artifacts.Targets(), ", "))
 	cmd.Flags().StringVar(&format, "format", "", "input format (default: detected): "+formatNames())
-	cmd.Flags().BoolVar(&opts.DRADeviceClasses, "dra-device-classes", false, "with --target dra, also write the DeviceClasses NVIDIA's DRA driver installs itself (gpu.nvidia.com, mig.nvidia.com)")
+	cmd.Flags().BoolVar(&opts.DRADeviceClasses, "dra-device-classes", false, "with --target dra, also write the driver's DeviceClasses (NVIDIA's: gpu.nvidia.com, mig.nvidia.com; gpuslice's: gpu., shared., mig.gpuslice.dev)")
+	cmd.Flags().StringVar(&opts.DRADriver, "dra-driver", artifacts.DRADriverNVIDIA, "with --target dra, the DRA driver the claims are for: "+strings.Join(artifacts.DRADrivers(), ", "))
 	_ = cmd.RegisterFlagCompletionFunc("target", cobra.FixedCompletions(artifacts.Targets(), cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

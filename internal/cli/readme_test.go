@@ -473,6 +473,23 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice bench nodes                                    # nodes and $/h: counting slices vs whole GPUs": {
 		want: []string{"WHOLE-GPU NODES", "4 notebooks, 4 GiB time-sliced", "75%"},
 	},
+	"./gpuslice render examples/gpuslice.yaml --target dra --dra-driver gpuslice > claims.yaml   # claims on gpu. shared. mig.gpuslice.dev": {
+		check: func(w *walk, _ string) error {
+			b, err := os.ReadFile(filepath.Join(w.work, "claims.yaml"))
+			if err != nil {
+				return err
+			}
+			for _, want := range []string{"deviceClassName: shared.gpuslice.dev", "deviceClassName: mig.gpuslice.dev", "kind: SliceConfig", "driver: gpu.gpuslice.dev"} {
+				if !strings.Contains(string(b), want) {
+					return fmt.Errorf("claims.yaml lacks %q", want)
+				}
+			}
+			if strings.Contains(string(b), "nvidia.com/v1") {
+				return fmt.Errorf("claims.yaml names NVIDIA's configs")
+			}
+			return nil
+		},
+	},
 	"./gpuslice dra classes > classes.yaml                                  # gpu. shared. mig.gpuslice.dev": {
 		check: func(w *walk, _ string) error {
 			b, err := os.ReadFile(filepath.Join(w.work, "classes.yaml"))

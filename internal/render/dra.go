@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
-	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/plan"
 )
@@ -23,8 +22,8 @@ const (
 )
 
 func init() {
-	register("dra", renderDRA)
-	registerWarnings("dra", func(s *model.Spec, p *plan.Plan) []string { return newDRAPlan(s, p).warnings })
+	register("dra", func(s *model.Spec, p *plan.Plan) ([]byte, error) { return renderDRAFor(nvidiaDRA, s, p) })
+	registerWarnings("dra", func(s *model.Spec, p *plan.Plan) []string { return newDRAPlan(nvidiaDRA, s, p).warnings })
 }
 
 // renderDRA writes a namespace per tenant (the DeviceClasses only on
@@ -35,9 +34,10 @@ func init() {
 // claim; per workload a ResourceClaimTemplate for its unshared devices
 // (requests, selectors, same-GPU constraints); and per workload one
 // Deployment per set of shared claims its replicas use, wiring the claims
-// into the pods.
-func renderDRA(s *model.Spec, p *plan.Plan) ([]byte, error) {
-	dp := newDRAPlan(s, p)
+// into the pods. drv is the DRA driver the objects are for (NVIDIA's or
+// gpuslice's, dra_gpuslice.go).
+func renderDRAFor(drv *draDriver, s *model.Spec, p *plan.Plan) ([]byte, error) {
+	dp := newDRAPlan(drv, s, p)
 	// NVIDIA's driver installs its DeviceClasses; RenderWith adds them on
 	// request (dra_driver.go).
 	var objs []obj
@@ -47,14 +47,14 @@ func renderDRA(s *model.Spec, p *plan.Plan) ([]byte, error) {
 		comments = append(comments, nil)
 	}
 	for _, c := range dp.claims {
-		o, notes := c.object(p)
+		o, notes := c.object(drv, p)
 		objs = append(objs, o)
 		comments = append(comments, notes)
 	}
 	for i := range s.Workloads {
 		wl := &s.Workloads[i]
 		sharedReqs := dp.sharedRequests(wl)
-		o, notes, hasTemplate := claimTemplate(wl, p, sharedReqs)
+		o, notes, hasTemplate := claimTemplate(drv, wl, p, sharedReqs)
 		dp.warnings = append(dp.warnings, sharedConstraintWarnings(wl, sharedReqs)...)
 		if hasTemplate {
 			objs = append(objs, o)
@@ -67,7 +67,11 @@ func renderDRA(s *model.Spec, p *plan.Plan) ([]byte, error) {
 	}
 	header := []string{"DRA objects rendered by gpuslice from " + strings.Join(s.Sources, ", ") + ": a ResourceClaim per shared device,",
 		"ResourceClaimTemplates for unshared devices, and Deployments whose pods use them as planned"}
-	header = append(header, draHeaderNotes(p)...)
+	if drv.gpuslice {
+		header = gpusliceDRAHeader(s)
+	} else {
+		header = append(header, draHeaderNotes(p)...)
+	}
 	for _, w := range dp.warnings {
 		header = append(header, "WARNING: "+w)
 	}
@@ -96,7 +100,7 @@ type sharedClaim struct {
 	got             []alloc.Assigned
 }
 
-func newDRAPlan(s *model.Spec, p *plan.Plan) *draPlan {
+func newDRAPlan(drv *draDriver, s *model.Spec, p *plan.Plan) *draPlan {
 	dp := &draPlan{kp: newKubePlan(s, p), use: map[string]map[int]map[string]string{}}
 	dp.kp.warnings = nil // the device plugin's limits are not DRA's
 	wls := map[string]*model.Workload{}
@@ -115,6 +119,9 @@ func newDRAPlan(s *model.Spec, p *plan.Plan) *draPlan {
 		for _, d := range pl.Devices {
 			if d.Mode != alloc.TimeSlice && d.Mode != alloc.MPS {
 				continue
+			}
+			if drv.gpuslice && d.Profile == "" {
+				continue // a share of a whole GPU is each pod's own claim on shared.gpuslice.dev
 			}
 			r, ok := requestNamed(wl, d.Request)
 			if !ok {
@@ -180,22 +187,22 @@ func (dp *draPlan) sharedRequests(wl *model.Workload) map[string]bool {
 // object is the ResourceClaim: one request for the planned kind of device,
 // every user's selector, and the sharing config with the largest MPS
 // limits its users were planned with (each pod sets its own lower ones).
-func (c *sharedClaim) object(p *plan.Plan) (obj, []string) {
-	class := gpuClass
+func (c *sharedClaim) object(drv *draDriver, p *plan.Plan) (obj, []string) {
+	class := drv.gpuClass
 	if c.profile != "" {
-		class = migClass
+		class = drv.migClass
 	}
 	notes := []string{fmt.Sprintf("device %s on %s, %s: shared by %s; their pods reference it with resourceClaimName %s",
 		c.device, c.node, c.mode, strings.Join(c.users, " "), c.name)}
 	var sel []string
 	if c.profile != "" {
-		sel = append(sel, fmt.Sprintf("device.attributes['%s'].profile == '%s'", gpuClass, c.profile))
+		sel = append(sel, fmt.Sprintf("device.attributes['%s'].profile == '%s'", drv.domain, c.profile))
 	}
 	got := c.got[0]
 	var limits *alloc.MPSLimits
 	for i, r := range c.reqs {
 		if r.Selector != "" {
-			expr, err := nvidiaSelector(r.Selector, catalog.Default())
+			expr, err := drv.selector(r.Selector)
 			if err != nil {
 				expr = r.Selector
 			}
@@ -203,7 +210,7 @@ func (c *sharedClaim) object(p *plan.Plan) (obj, []string) {
 				sel = append(sel, e)
 			}
 		}
-		if m := draModelSelector(p, c.wls[i], r, class); m != "" && !slices.Contains(sel, m) {
+		if m := draModelSelector(drv, p, c.wls[i], r, class); m != "" && !slices.Contains(sel, m) {
 			sel = append(sel, m) // the planned pool's model (dra_driver.go)
 		}
 		if m := c.got[i].MPS; m != nil {
@@ -220,9 +227,9 @@ func (c *sharedClaim) object(p *plan.Plan) (obj, []string) {
 		exactly["selectors"] = []obj{{"cel": obj{"expression": strings.Join(sel, " && ")}}}
 	}
 	devices := obj{"requests": []obj{{"name": "gpu", "exactly": exactly}}}
-	if cfg := sharingConfig(c.reqs[0], c.mode, got, class); cfg != nil {
-		devices["config"] = []obj{{"requests": []string{"gpu"}, "opaque": obj{"driver": gpuClass, "parameters": cfg}}}
-	} else if c.mode == alloc.TimeSlice && class == migClass {
+	if cfg := drv.config(c.reqs[0], c.mode, got, class); cfg != nil {
+		devices["config"] = []obj{{"requests": []string{"gpu"}, "opaque": obj{"driver": drv.domain, "parameters": cfg}}}
+	} else if c.mode == alloc.TimeSlice && class == migClass && !drv.gpuslice {
 		notes = append(notes, "NVIDIA's DRA driver time-slices whole GPUs only: the pods share this MIG device without a time-slice setting")
 	}
 	labels := obj{tenantLabel: c.namespace}
@@ -371,7 +378,7 @@ func namespace(name string) obj {
 
 // claimTemplate is one workload's ResourceClaimTemplate for its requests
 // that no shared claim serves; false when none is left.
-func claimTemplate(wl *model.Workload, p *plan.Plan, shared map[string]bool) (obj, []string, bool) {
+func claimTemplate(drv *draDriver, wl *model.Workload, p *plan.Plan, shared map[string]bool) (obj, []string, bool) {
 	modes, mixed := workloadModes(p, wl)
 	notes := []string{fmt.Sprintf("workload %s (tenant %s): %d replica(s), one claim each", wl.Name, wl.Tenant, wl.Replicas)}
 	if mixed {
@@ -388,40 +395,47 @@ func claimTemplate(wl *model.Workload, p *plan.Plan, shared map[string]bool) (ob
 		if placed {
 			mode, profile = got.Mode, got.Profile
 		}
-		class := gpuClass
+		class := drv.gpuClass
 		if profile != "" || mode == alloc.MIG {
-			class = migClass
+			class = drv.migClass
+		} else if drv.gpuslice && (mode == alloc.TimeSlice || mode == alloc.MPS) {
+			class = drv.sharedClass
 		}
 		exactly := obj{"deviceClassName": class, "count": max(r.Count, 1), "allocationMode": "ExactCount"}
 		var sel []string
 		if profile != "" {
-			sel = append(sel, fmt.Sprintf("device.attributes['%s'].profile == '%s'", gpuClass, profile))
+			sel = append(sel, fmt.Sprintf("device.attributes['%s'].profile == '%s'", drv.domain, profile))
 		}
 		if r.Selector != "" {
-			expr, err := nvidiaSelector(r.Selector, catalog.Default())
+			expr, err := drv.selector(r.Selector)
 			if err != nil {
 				expr = r.Selector // the reader checked it; keep it as written
 			}
 			if expr != r.Selector {
-				notes = append(notes, fmt.Sprintf("request %s: selector %s, in the names NVIDIA's DRA driver publishes", r.Name, r.Selector))
+				notes = append(notes, fmt.Sprintf("request %s: selector %s, in the names %s publishes", r.Name, r.Selector, drv.title))
 			}
 			sel = append(sel, "("+expr+")")
-			if n := foreignNames(expr); n != "" {
-				notes = append(notes, fmt.Sprintf("request %s: its selector reads %s, which NVIDIA's DRA driver does not publish and gpuslice cannot translate; rewrite it before applying", r.Name, n))
+			if n := drv.foreignNames(expr); n != "" {
+				notes = append(notes, fmt.Sprintf("request %s: its selector reads %s, which %s does not publish and gpuslice cannot translate; rewrite it before applying", r.Name, n, drv.title))
 			}
 		}
-		if m := draModelSelector(p, wl, r, class); m != "" {
+		if m := draModelSelector(drv, p, wl, r, class); m != "" {
 			sel = append(sel, m) // the planned pool's model (dra_driver.go)
 		}
-		if r.MemoryMiB > 0 && !placed && profile == "" {
-			sel = append(sel, fmt.Sprintf("device.capacity['%s'].memory.compareTo(quantity('%s')) >= 0", gpuClass, quantityMiB(r.MemoryMiB)))
+		if class == drv.sharedClass && drv.gpuslice {
+			if r.MemoryMiB > 0 {
+				// A share of the GPU: its memory, consumed from the shared device.
+				exactly["capacity"] = obj{"requests": obj{"memory": quantityMiB(r.MemoryMiB)}}
+			}
+		} else if r.MemoryMiB > 0 && !placed && profile == "" {
+			sel = append(sel, fmt.Sprintf("device.capacity['%s'].memory.compareTo(quantity('%s')) >= 0", drv.domain, quantityMiB(r.MemoryMiB)))
 		}
 		if len(sel) > 0 {
 			exactly["selectors"] = []obj{{"cel": obj{"expression": strings.Join(sel, " && ")}}}
 		}
 		requests = append(requests, obj{"name": r.Name, "exactly": exactly})
-		if cfg := sharingConfig(r, mode, got, class); cfg != nil {
-			configs = append(configs, obj{"requests": []string{r.Name}, "opaque": obj{"driver": gpuClass, "parameters": cfg}})
+		if cfg := drv.config(r, mode, got, class); cfg != nil {
+			configs = append(configs, obj{"requests": []string{r.Name}, "opaque": obj{"driver": drv.domain, "parameters": cfg}})
 		}
 		if !placed {
 			notes = append(notes, fmt.Sprintf("request %s was not placed by the plan; its template follows the spec only", r.Name))
@@ -436,7 +450,7 @@ func claimTemplate(wl *model.Workload, p *plan.Plan, shared map[string]bool) (ob
 	}
 	var cons []obj
 	for _, c := range wl.Constraints {
-		attr := parentUUIDKey
+		attr := drv.sameGPU
 		if c.Match == "node" {
 			notes = append(notes, "a same-node constraint has no DRA attribute: claims of one pod always land on one node")
 			continue

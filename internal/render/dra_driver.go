@@ -35,23 +35,48 @@ const DRADriverVersion = "v25.12.0"
 // Options are render settings the plan does not decide.
 type Options struct {
 	// DRADeviceClasses makes the dra target also write the DeviceClasses
-	// NVIDIA's DRA driver installs itself (gpu.nvidia.com, mig.nvidia.com),
-	// for a cluster that lacks them (render --dra-device-classes).
+	// of its driver: NVIDIA's (gpu.nvidia.com, mig.nvidia.com, which its
+	// Helm chart installs itself) or gpuslice's (what "gpuslice dra
+	// classes" prints), for a cluster that lacks them (render
+	// --dra-device-classes).
 	DRADeviceClasses bool
+	// DRADriver is the driver the dra target's claims are for: "nvidia"
+	// (also when empty) or "gpuslice" (render --dra-driver).
+	DRADriver string
 }
 
 // RenderWith is Render with options.
 func RenderWith(target string, s *model.Spec, p *plan.Plan, o Options) ([]byte, error) {
-	out, err := Render(target, s, p)
-	if err != nil || target != "dra" || !o.DRADeviceClasses {
+	drv := nvidiaDRA
+	switch o.DRADriver {
+	case "", DRADriverNVIDIA:
+	case DRADriverGpuslice:
+		drv = gpusliceDRA
+	default:
+		return nil, fmt.Errorf("DRA driver %q: valid are %s", o.DRADriver, strings.Join(DRADrivers(), ", "))
+	}
+	if target != "dra" {
+		return Render(target, s, p)
+	}
+	out, err := renderDRAFor(drv, s, p)
+	if err != nil || !o.DRADeviceClasses {
 		return out, err
 	}
 	// The DeviceClasses go first, after the header comments.
-	classes, err := documents(nil, []obj{deviceClass(gpuClass, "gpu"), deviceClass(migClass, "mig")},
-		[][]string{{"whole GPUs published by NVIDIA's DRA driver (its Helm chart installs this class too)"},
-			{"MIG devices published by NVIDIA's DRA driver (its Helm chart installs this class too)"}})
-	if err != nil {
-		return nil, err
+	var classes []byte
+	if drv.gpuslice {
+		classes, err = documents(nil, gpusliceDeviceClasses(), [][]string{{"whole GPUs of gpuslice's DRA driver (also serving nvidia.com/gpu)"},
+			{"shares of a GPU by memory (consumable capacity)"}, {"MIG instances (select the profile)"}})
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		classes, err = documents(nil, []obj{deviceClass(gpuClass, "gpu"), deviceClass(migClass, "mig")},
+			[][]string{{"whole GPUs published by NVIDIA's DRA driver (its Helm chart installs this class too)"},
+				{"MIG devices published by NVIDIA's DRA driver (its Helm chart installs this class too)"}})
+		if err != nil {
+			return nil, err
+		}
 	}
 	at := bytes.Index(out, []byte("---\n"))
 	if at < 0 {
@@ -63,6 +88,15 @@ func RenderWith(target string, s *model.Spec, p *plan.Plan, o Options) ([]byte, 
 	b.Write(classes)
 	b.Write(out[at:])
 	return b.Bytes(), nil
+}
+
+// WarningsWith is Warnings with options (the dra target's depend on the
+// driver).
+func WarningsWith(target string, s *model.Spec, p *plan.Plan, o Options) []string {
+	if target == "dra" && o.DRADriver == DRADriverGpuslice {
+		return newDRAPlan(gpusliceDRA, s, p).warnings
+	}
+	return Warnings(target, s, p)
 }
 
 // draHeaderNotes are the dra target's header lines about the driver.
@@ -105,7 +139,10 @@ func draStrategies(gates []string) string {
 // It is "" for MIG requests (the profile selects), when the pool or its
 // product names are unknown, or when the request's own selector already
 // reads productName.
-func draModelSelector(p *plan.Plan, wl *model.Workload, r alloc.Request, class string) string {
+func draModelSelector(drv *draDriver, p *plan.Plan, wl *model.Workload, r alloc.Request, class string) string {
+	if drv.gpuslice {
+		return gpusliceModelSelector(p, wl, r, class)
+	}
 	if class != gpuClass || strings.Contains(r.Selector, "productName") || strings.Contains(r.Selector, ".model") {
 		return ""
 	}

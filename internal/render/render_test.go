@@ -87,7 +87,7 @@ func TestDRARoundTrip(t *testing.T) {
 	// A device the plan shares is one ResourceClaim, named for the device,
 	// that every replica on it references: it reads back as one workload
 	// with the planned device's request.
-	dp := newDRAPlan(s, p)
+	dp := newDRAPlan(nvidiaDRA, s, p)
 	for _, c := range dp.claims {
 		var got *spec.Workload
 		for i := range back.Workloads {

@@ -63,7 +63,7 @@ func TestKubernetesRequestsFitAdvertised(t *testing.T) {
 // devices of that kind.
 func TestDRASharedClaimsMatchDevices(t *testing.T) {
 	s, p := planFor(t, "../../examples/gpuslice.yaml")
-	dp := newDRAPlan(s, p)
+	dp := newDRAPlan(nvidiaDRA, s, p)
 	devices := map[string]bool{}
 	users := 0
 	for _, pl := range p.Placements {

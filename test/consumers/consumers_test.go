@@ -176,6 +176,16 @@ func TestEveryRenderParses(t *testing.T) {
 			}
 			checkDRA(t, out)
 		})
+		t.Run(in.name+"/dra-gpuslice", func(t *testing.T) {
+			out := render(t, in, "dra", "--dra-driver", "gpuslice", "--dra-device-classes")
+			if n := bytes.Count(out, []byte("kind: DeviceClass")); n != 3 {
+				t.Errorf("%d DeviceClasses with --dra-device-classes, want 3", n)
+			}
+			if bytes.Contains(out, []byte("nvidia.com/v1")) || bytes.Contains(out, []byte("'gpu.nvidia.com'")) {
+				t.Error("the render for gpuslice's driver names NVIDIA's configs or attributes")
+			}
+			checkDRAGpuslice(t, out)
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package consumers
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -126,7 +128,57 @@ func checkKarpenter(t *testing.T, out []byte) {
 // checkDRA: resource.k8s.io/v1 objects strictly decoded; each opaque
 // config checked against NVIDIA's DRA driver rules (draconfig_test.go),
 // and the header names the feature gates the configs need.
-func checkDRA(t *testing.T, out []byte) {
+func checkDRA(t *testing.T, out []byte) { checkDRAFor(t, out, "gpu.nvidia.com") }
+
+// checkDRAGpuslice: the dra target for gpuslice's driver (render
+// --dra-driver gpuslice): the same checks, its DeviceClasses, and every
+// opaque config a SliceConfig with only the fields the render writes.
+func checkDRAGpuslice(t *testing.T, out []byte) { checkDRAFor(t, out, "gpu.gpuslice.dev") }
+
+// sliceConfig is gpuslice's SliceConfig as the dra target writes it;
+// strict decoding refuses any other field.
+type sliceConfig struct {
+	APIVersion    string  `json:"apiVersion"`
+	Kind          string  `json:"kind"`
+	Mode          string  `json:"mode"`
+	ThreadPercent *int    `json:"threadPercent"`
+	PinnedMemory  *string `json:"pinnedMemory"`
+	MemoryPolicy  string  `json:"memoryPolicy"`
+}
+
+func checkSliceConfig(raw []byte) error {
+	var c sliceConfig
+	if err := strictJSON(raw, &c); err != nil {
+		return err
+	}
+	if c.APIVersion != "gpu.gpuslice.dev/v1alpha1" || c.Kind != "SliceConfig" {
+		return fmt.Errorf("%s %s, want gpu.gpuslice.dev/v1alpha1 SliceConfig", c.APIVersion, c.Kind)
+	}
+	switch c.Mode {
+	case "timeslice":
+		if c.ThreadPercent != nil || c.PinnedMemory != nil {
+			return fmt.Errorf("threadPercent and pinnedMemory need mode mps")
+		}
+	case "mps":
+		if p := c.ThreadPercent; p != nil && (*p < 1 || *p > 100) {
+			return fmt.Errorf("threadPercent %d: valid is 1..100", *p)
+		}
+		if q := c.PinnedMemory; q != nil {
+			v, err := resource.ParseQuantity(*q)
+			if err != nil || v.Sign() <= 0 {
+				return fmt.Errorf("pinnedMemory %q: want a positive quantity", *q)
+			}
+		}
+	default:
+		return fmt.Errorf("mode %q: the render writes timeslice or mps", c.Mode)
+	}
+	if c.MemoryPolicy != "" && c.MemoryPolicy != "warn" && c.MemoryPolicy != "kill" {
+		return fmt.Errorf("memoryPolicy %q: valid are warn, kill", c.MemoryPolicy)
+	}
+	return nil
+}
+
+func checkDRAFor(t *testing.T, out []byte, driver string) {
 	var strategies []string
 	claims, templates := map[string]bool{}, map[string]bool{} // namespace/name
 	var deployments []*appsv1.Deployment
@@ -135,8 +187,8 @@ func checkDRA(t *testing.T, out []byte) {
 		switch o := decodeAny(t, doc).(type) {
 		case *corev1.Namespace:
 		case *resourcev1.DeviceClass:
-			if o.Name != "gpu.nvidia.com" && o.Name != "mig.nvidia.com" {
-				t.Errorf("DeviceClass %s", o.Name)
+			if !strings.HasSuffix(o.Name, "."+strings.TrimPrefix(driver, "gpu.")) {
+				t.Errorf("DeviceClass %s is not %s's", o.Name, driver)
 			}
 		case *resourcev1.ResourceClaimTemplate:
 			configs = o.Spec.Spec.Devices.Config
@@ -150,8 +202,14 @@ func checkDRA(t *testing.T, out []byte) {
 			t.Errorf("unexpected %T", o)
 		}
 		for _, c := range configs {
-			if c.Opaque == nil || c.Opaque.Driver != "gpu.nvidia.com" {
-				t.Errorf("config %+v is not for gpu.nvidia.com", c)
+			if c.Opaque == nil || c.Opaque.Driver != driver {
+				t.Errorf("config %+v is not for %s", c, driver)
+				continue
+			}
+			if driver == "gpu.gpuslice.dev" {
+				if err := checkSliceConfig(c.Opaque.Parameters.Raw); err != nil {
+					t.Errorf("SliceConfig %s: %v", c.Opaque.Parameters.Raw, err)
+				}
 				continue
 			}
 			s, err := checkNVIDIAConfig(c.Opaque.Parameters.Raw)

@@ -33,9 +33,15 @@ func TestRenderedObjectsPassDryRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// mig-parted is not a Kubernetes object; the others are.
-		for _, target := range []string{"dra", "kubernetes", "karpenter", "nvidia-device-plugin", "hpa", "serverless"} {
-			out, err := render.Render(target, s, p)
+		// mig-parted is not a Kubernetes object; the others are. "dra
+		// gpuslice" is the dra target for gpuslice's driver, with its
+		// DeviceClasses (the CEL of the claims is compiled against them).
+		for _, target := range []string{"dra", "dra gpuslice", "kubernetes", "karpenter", "nvidia-device-plugin", "hpa", "serverless"} {
+			var opts render.Options
+			if t, ok := strings.CutSuffix(target, " gpuslice"); ok {
+				target, opts = t, render.Options{DRADriver: render.DRADriverGpuslice, DRADeviceClasses: true}
+			}
+			out, err := render.RenderWith(target, s, p, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,193 @@
+package render
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/model"
+	"github.com/gpuslice/gpuslice/internal/plan"
+)
+
+// DRA drivers the dra target writes for (render --dra-driver).
+const (
+	DRADriverNVIDIA   = "nvidia"   // NVIDIA's k8s-dra-driver-gpu (gpu.nvidia.com), the default
+	DRADriverGpuslice = "gpuslice" // gpuslice's own driver (gpu.gpuslice.dev, "gpuslice dra-driver")
+)
+
+// gpuslice's DRA driver and its DeviceClasses, as internal/k8s/dradriver
+// names them (render stays free of Kubernetes packages; a test checks the
+// two agree).
+const (
+	gsDriver      = "gpu.gpuslice.dev"
+	gsClassGPU    = "gpu.gpuslice.dev"
+	gsClassShared = "shared.gpuslice.dev"
+	gsClassMIG    = "mig.gpuslice.dev"
+	gsLegacyGPU   = "nvidia.com/gpu" // the extended resource the whole-GPU class serves
+)
+
+// DRADrivers lists the values of Options.DRADriver.
+func DRADrivers() []string { return []string{DRADriverNVIDIA, DRADriverGpuslice} }
+
+// draDriver is what the dra target needs to know of the driver its claims
+// are for: its name in CEL and opaque configs, its classes, the attribute
+// every device of one GPU shares (same-GPU constraints), and how a spec's
+// selector and sharing become its names and config.
+type draDriver struct {
+	title                           string
+	domain                          string
+	gpuClass, migClass, sharedClass string
+	sameGPU                         string
+	gpuslice                        bool
+	config                          func(r alloc.Request, mode alloc.Mode, got alloc.Assigned, class string) obj
+	attributes, capacities          []string // what it publishes
+	selector                        func(expr string) (string, error)
+}
+
+var (
+	nvidiaDRA = &draDriver{
+		title: "NVIDIA's DRA driver", domain: gpuClass, gpuClass: gpuClass, migClass: migClass,
+		sameGPU: parentUUIDKey, config: sharingConfig,
+		attributes: nvidiaAttributes, capacities: nvidiaCapacities,
+		selector: func(expr string) (string, error) { return nvidiaSelector(expr, catalog.Default()) },
+	}
+	// gpusliceDRA: a whole GPU held alone is gpu.gpuslice.dev; a share of
+	// a whole GPU (time-sliced or MPS) is each pod's own claim on
+	// shared.gpuslice.dev consuming the memory it was planned with (the
+	// device allows many allocations); a MIG instance is mig.gpuslice.dev,
+	// shared by one ResourceClaim when the plan shares it. Every device of
+	// a GPU carries its index, so same-GPU constraints match on it.
+	gpusliceDRA = &draDriver{
+		title: "gpuslice's DRA driver", domain: gsDriver, gpuslice: true,
+		gpuClass: gsClassGPU, migClass: gsClassMIG, sharedClass: gsClassShared,
+		sameGPU: gsDriver + "/index", config: sliceConfig,
+		attributes: []string{"type", "index", "uuid", "productName", "architecture", "model", "cudaComputeCapability",
+			"driverVersion", "profile", "start", "parentUUID"},
+		capacities: []string{"memory", "compute"},
+		selector:   gpusliceSelector,
+	}
+)
+
+// gpusliceSelector is nvidiaSelector's rewrite (model to productName,
+// memoryMiB to the memory capacity: gpuslice's driver publishes both under
+// the same names) in gpuslice's driver's domain.
+func gpusliceSelector(expr string) (string, error) {
+	out, err := nvidiaSelector(expr, catalog.Default())
+	return toDomain(out, gpuClass, gsDriver), err
+}
+
+// toDomain renames a driver domain quoted in a CEL expression.
+func toDomain(expr, from, to string) string {
+	return strings.NewReplacer("'"+from+"'", "'"+to+"'", `"`+from+`"`, `"`+to+`"`).Replace(expr)
+}
+
+// foreignNames lists the attributes and capacities of the driver's domain
+// a selector reads that the driver does not publish ("" when none).
+func (d *draDriver) foreignNames(selector string) string {
+	attrs, caps, err := alloc.SelectorNames(toDomain(selector, d.domain, gpuClass))
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, a := range attrs {
+		if !contains(d.attributes, a) {
+			out = append(out, "attribute "+a)
+		}
+	}
+	for _, c := range caps {
+		if !contains(d.capacities, c) {
+			out = append(out, "capacity "+c)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// SliceConfig is gpuslice's opaque config (gpu.gpuslice.dev/v1alpha1).
+const (
+	sliceConfigAPIVersion = "gpu.gpuslice.dev/v1alpha1"
+	sliceConfigKind       = "SliceConfig"
+)
+
+// sliceConfig is the SliceConfig of a shared request, or nil for one that
+// holds its device alone: mode timeslice or mps; for MPS the planned
+// thread percentage and pinned-memory limit (else the request's memory);
+// for time-slicing with a memory amount, memoryPolicy kill, since
+// time-slicing does not limit memory and the plan promised the other
+// claims on the GPU theirs.
+func sliceConfig(r alloc.Request, mode alloc.Mode, got alloc.Assigned, _ string) obj {
+	cfg := obj{"apiVersion": sliceConfigAPIVersion, "kind": sliceConfigKind}
+	switch mode {
+	case alloc.TimeSlice:
+		cfg["mode"] = "timeslice"
+		if r.MemoryMiB > 0 {
+			cfg["memoryPolicy"] = "kill"
+		}
+	case alloc.MPS:
+		cfg["mode"] = "mps"
+		if got.MPS != nil {
+			if got.MPS.ActiveThreadPercent > 0 {
+				cfg["threadPercent"] = got.MPS.ActiveThreadPercent
+			}
+			if got.MPS.PinnedMemoryMiB > 0 {
+				cfg["pinnedMemory"] = quantityMiB(got.MPS.PinnedMemoryMiB)
+			}
+		} else if r.MemoryMiB > 0 {
+			cfg["pinnedMemory"] = quantityMiB(r.MemoryMiB)
+		}
+	default:
+		return nil
+	}
+	return cfg
+}
+
+// gpusliceModelSelector keeps a whole-GPU or shared request on the model
+// of the pool the plan put the workload on: gpuslice's driver publishes
+// the catalog's id as the attribute model. "" for MIG requests, an
+// unknown pool, or a request whose selector already names the model.
+func gpusliceModelSelector(p *plan.Plan, wl *model.Workload, r alloc.Request, class string) string {
+	if class == gsClassMIG || strings.Contains(r.Selector, "productName") || strings.Contains(r.Selector, ".model") {
+		return ""
+	}
+	pp := poolOf(p, wl)
+	if pp == nil {
+		return ""
+	}
+	g, err := catalog.Default().GPU(pp.GPU)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("device.attributes['%s'].model == '%s'", gsDriver, g.ID)
+}
+
+// gpusliceDRAHeader is the dra target's header for gpuslice's driver.
+func gpusliceDRAHeader(s *model.Spec) []string {
+	return []string{"DRA objects rendered by gpuslice from " + strings.Join(s.Sources, ", ") + " for gpuslice's DRA driver (" + gsDriver + "):",
+		"per workload a ResourceClaimTemplate (whole GPUs: " + gsClassGPU + "; shares of a GPU: " + gsClassShared + ", each pod's",
+		"claim consuming its memory; MIG: " + gsClassMIG + "), a ResourceClaim per MIG device the plan shares, and",
+		"Deployments whose pods use them as planned. The DeviceClasses come with the Helm chart (deploy/helm/gpuslice)",
+		"or gpuslice dra classes; render --dra-device-classes writes them here too. Sharing is set by SliceConfig",
+		"(" + sliceConfigAPIVersion + "). Pods may set schedulerName: gpuslice-scheduler to have gpuslice's allocator place them."}
+}
+
+// gpusliceDeviceClasses are the driver's classes (dradriver.DeviceClasses,
+// what "gpuslice dra classes" prints).
+func gpusliceDeviceClasses() []obj {
+	class := func(name, typ string) obj {
+		return obj{"apiVersion": draAPI, "kind": "DeviceClass", "metadata": obj{"name": name},
+			"spec": obj{"selectors": []obj{{"cel": obj{"expression": fmt.Sprintf(
+				`device.driver == %q && device.attributes[%q].type == %q`, gsDriver, gsDriver, typ)}}}}}
+	}
+	gpu := class(gsClassGPU, "gpu")
+	gpu["spec"].(obj)["extendedResourceName"] = gsLegacyGPU
+	return []obj{gpu, class(gsClassShared, "shared"), class(gsClassMIG, "mig")}
+}
