@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/k8s/draconfig"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 )
 
 // decodeSliceConfig is the driver's own decoder of opaque parameters: a

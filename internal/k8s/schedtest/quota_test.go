@@ -91,7 +91,9 @@ func TestNamespaceQuota(t *testing.T) {
 		wg.Go(func() { c.create(podSpec{ns: "team-a", name: name, class: dradriver.ClassShared, memory: "4Gi"}) })
 	}
 	for i := range 8 {
-		wg.Go(func() { c.create(podSpec{ns: "team-b", name: fmt.Sprintf("free-%d", i), class: dradriver.ClassShared, memory: "4Gi"}) })
+		wg.Go(func() {
+			c.create(podSpec{ns: "team-b", name: fmt.Sprintf("free-%d", i), class: dradriver.ClassShared, memory: "4Gi"})
+		})
 	}
 	wg.Wait()
 	bound, pending := c.settle("team-a", names)
