@@ -95,10 +95,10 @@ func TestHandler(t *testing.T) {
 	}
 }
 
-// On a real kube-apiserver v1.36.3: with the webhook registered, a claim
-// (and a template) whose config the kubelet plugin would refuse is denied
-// at create with the field's path; a good claim is created.
-func TestWebhookOnAPIServer(t *testing.T) {
+// startWebhook starts a real kube-apiserver and the webhook over TLS, and
+// returns the webhook's URL base (ts.URL), its CA bundle, a clientset and
+// a context bounding the test.
+func startWebhook(t *testing.T) (*apitest.Server, *httptest.Server, []byte, *kubernetes.Clientset, context.Context) {
 	srv := apitest.Start(t)
 	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler"))
 	t.Cleanup(ts.Close)
@@ -108,7 +108,15 @@ func TestWebhookOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
+	return srv, ts, ca, cs, ctx
+}
+
+// On a real kube-apiserver v1.36.3: with the webhook registered, a claim
+// (and a template) whose config the kubelet plugin would refuse is denied
+// at create with the field's path; a good claim is created.
+func TestWebhookOnAPIServer(t *testing.T) {
+	srv, ts, ca, cs, ctx := startWebhook(t)
 	fail := admissionregv1.Fail
 	none := admissionregv1.SideEffectClassNone
 	url := ts.URL + Path
@@ -148,7 +156,7 @@ func TestWebhookOnAPIServer(t *testing.T) {
 	if _, err := claims.Create(ctx, claim("team-a", "plain", "gpu.gpuslice.dev", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("claim without config refused: %v", err)
 	}
-	_, err = claims.Create(ctx, claim("team-a", "excl", "shared.gpuslice.dev", `{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"exclusive"}`), metav1.CreateOptions{})
+	_, err := claims.Create(ctx, claim("team-a", "excl", "shared.gpuslice.dev", `{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"exclusive"}`), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), `request "gpu": mode exclusive on a shared GPU: use device class gpu.gpuslice.dev`) {
 		t.Fatalf("exclusive on the shared class: %v", err)
 	}
@@ -209,16 +217,7 @@ func TestSchedulePod(t *testing.T) {
 // for gpuslice-scheduler get its schedulerName; other namespaces' pods and
 // pods that chose a scheduler keep theirs.
 func TestSchedulerNameOnAPIServer(t *testing.T) {
-	srv := apitest.Start(t)
-	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler"))
-	t.Cleanup(ts.Close)
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
-	cs, err := kubernetes.NewForConfig(srv.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	srv, ts, ca, cs, ctx := startWebhook(t)
 	fail := admissionregv1.Fail
 	none := admissionregv1.SideEffectClassNone
 	url := ts.URL + PodPath
