@@ -91,6 +91,7 @@ var pure = []string{
 	module + "/internal/plan",
 	module + "/internal/plan/plantest",
 	module + "/internal/sim",
+	module + "/internal/advise",
 	module + "/internal/packing",
 	module + "/internal/model",
 	module + "/internal/render",
