@@ -349,9 +349,9 @@ func Effective(p *model.Profile) (memMiB int64, util int, from string) {
 
 // TraceStats summarizes a trace.
 type TraceStats struct {
-	Span                           time.Duration
+	Span                            time.Duration
 	MeanUtilization, P95Utilization float64
-	PeakMemoryMiB                  int64
+	PeakMemoryMiB                   int64
 }
 
 // Summarize computes a trace's statistics: utilization weighted by the

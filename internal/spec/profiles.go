@@ -90,7 +90,7 @@ func (w *walker) profiles(doc *yaml.Node, p *model.Profiles) {
 		}
 	}
 	if p.Sim.SampleEvery == 0 {
-		p.Sim.SampleEvery = max(time.Minute, (p.Sim.Duration/200).Round(time.Minute))
+		p.Sim.SampleEvery = max(time.Minute, (p.Sim.Duration / 200).Round(time.Minute))
 	}
 }
 
