@@ -53,6 +53,10 @@ type Sample struct {
 	Requests int `json:"requests,omitempty"`
 	InFlight int `json:"inFlight,omitempty"`
 	Waiting  int `json:"waiting,omitempty"`
+	// Starting is set when replicas exist but none is ready yet: a
+	// service cannot be idle before it can answer, so such a sample
+	// breaks an auto-stop run (a slow start is not stopped as it ends).
+	Starting bool `json:"starting,omitempty"`
 }
 
 func (s Sample) measured() bool { return !math.IsNaN(s.Value) && !math.IsInf(s.Value, 0) }
@@ -146,7 +150,7 @@ func Decide(p Policy, metric Metric, cur Current, window []Sample, now time.Time
 	}
 	// Auto-stop: no request at all for the down period.
 	if p.AutoStop && cur.Replicas <= p.MinReplicas {
-		if start, _, _, ok := run(recent, func(s Sample) bool { return s.Requests == 0 && s.InFlight == 0 && s.Waiting == 0 }); ok {
+		if start, _, _, ok := run(recent, func(s Sample) bool { return s.Requests == 0 && s.InFlight == 0 && s.Waiting == 0 && !s.Starting }); ok {
 			held := now.Sub(start)
 			if held >= p.DownAfter {
 				return set(Stop, 0, "no request for %s (auto-stop)", held)

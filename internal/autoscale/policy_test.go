@@ -65,3 +65,22 @@ func TestDecideCountsOnlySamplesSinceTheLastChange(t *testing.T) {
 		t.Fatalf("a waiting request: %v", d)
 	}
 }
+
+// A replica that takes longer to start than the idle period is not
+// stopped the moment it is ready: the idle clock starts with readiness.
+func TestSlowStartIsNotIdle(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	p := Policy{MinReplicas: 1, MaxReplicas: 2, DownAfter: 2 * time.Minute, AutoStop: true}
+	var w []Sample
+	for i := 0; i <= 10; i++ { // starting for 10 minutes, ready at the last
+		w = append(w, Sample{Time: now.Add(time.Duration(i) * time.Minute), Value: math.NaN(), Starting: i < 10})
+	}
+	at := now.Add(10 * time.Minute)
+	if d := Decide(p, MetricGPU, Current{Replicas: 1, Since: now.Add(-time.Second)}, w, at); d.Action == Stop {
+		t.Fatalf("stopped as it became ready: %v", d)
+	}
+	w = append(w, Sample{Time: at.Add(2 * time.Minute), Value: math.NaN()})
+	if d := Decide(p, MetricGPU, Current{Replicas: 1, Since: now.Add(-time.Second)}, w, at.Add(2*time.Minute)); d.Action != Stop {
+		t.Fatalf("idle for the down period once ready: %v", d)
+	}
+}

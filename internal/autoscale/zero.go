@@ -34,7 +34,7 @@ func DecideZero(p Policy, cur Current, window []Sample, now time.Time) Decision 
 		d.Reason = "running; auto-stop is off"
 		return d
 	}
-	start, _, _, ok := run(recent, func(s Sample) bool { return s.Requests == 0 && s.InFlight == 0 && s.Waiting == 0 })
+	start, _, _, ok := run(recent, func(s Sample) bool { return s.Requests == 0 && s.InFlight == 0 && s.Waiting == 0 && !s.Starting })
 	if !ok {
 		d.Reason = "serving requests"
 		return d

@@ -293,6 +293,7 @@ func (c *Controller) sample(ctx context.Context, run *svcRun, now time.Time) aut
 		}
 	}
 	if len(readyDevs) == 0 {
+		s.Starting = run.cur.Replicas > 0
 		return s
 	}
 	switch run.metric {
