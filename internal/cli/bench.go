@@ -15,7 +15,7 @@ func benchCmd(e *env) *cobra.Command {
 		Use:   "bench",
 		Short: "Reproduce the measurements in BENCHMARKS.md",
 	}
-	cmd.AddCommand(benchPackingCmd(e), benchDRACmd(e), benchPlanCmd(e), benchPlanQualityCmd(e), benchNodesCmd(e))
+	cmd.AddCommand(benchPackingCmd(e), benchDRACmd(e), benchPlanCmd(e), benchPlanQualityCmd(e), benchNodesCmd(e), benchSimCmd(e))
 	return cmd
 }
 

@@ -60,6 +60,10 @@ func TestGolden(t *testing.T) {
 		"plan-unknown-format":    {"plan", "../../go.mod"},
 		"render-karpenter":       {"render", "../../examples/gpuslice.yaml", "--target", "karpenter"},
 		"render-bad-target":      {"render", "../../examples/gpuslice.yaml", "--target", "helm"},
+		"advise-study":           {"advise", "../../examples/advise/study.yaml"},
+		"advise-broken":          {"advise", "testdata/advise/broken.yaml"},
+		"simulate-study":         {"simulate", "../../examples/advise/study.yaml", "--duration", "2d", "--seed", "3"},
+		"simulate-bad-strategy":  {"simulate", "../../examples/advise/study.yaml", "--strategies", "advised,fair"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {

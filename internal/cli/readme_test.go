@@ -310,6 +310,25 @@ func nodeRows(w *walk) (map[string]string, error) {
 // readmeSteps is every README command line, as written, and what the
 // walk does with it.
 var readmeSteps = map[string]readmeStep{
+	"./gpuslice advise examples/advise/study.yaml              # per workload: mechanism, sizing, why; the mix priced 5 ways": {
+		want: []string{"ADVICE", "triton-light", "mps", "time-slicing", "dedicated", "THE STUDY'S COMPARISON", "recsys"},
+	},
+	"./gpuslice simulate examples/advise/study.yaml --svg sim.svg   # a simulated week, strategy against strategy, charted": {
+		want: []string{"STRATEGY", "advised", "GPU-HOURS", "7d simulated", "chart: sim.svg"},
+		check: func(w *walk, _ string) error {
+			b, err := os.ReadFile(filepath.Join(w.work, "sim.svg"))
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(b), "<polyline") {
+				return fmt.Errorf("sim.svg has no lines")
+			}
+			return nil
+		},
+	},
+	"./gpuslice bench simulate --gpus 1000 --duration 1d       # how long simulate takes on a big fleet": {
+		want: []string{"1000 GPUs", "allocator decisions", "dedicated"},
+	},
 	"./gpuslice services put -f examples/services/hello.yaml   # 1..3 replicas of a 4 GiB time-sliced claim, proxy on :8080": {
 		want: []string{"hello", "1..3", "8080 (auto-stop)"},
 	},
