@@ -48,6 +48,9 @@ type Options struct {
 	// Quality tunes the planner; the zero value turns its time-bounded
 	// exact search off so that the advice is the same on every machine.
 	Quality *plan.QualityOptions
+	// NoPlan gives the per-workload advice only (the simulator plans for
+	// itself).
+	NoPlan bool
 }
 
 // Report is the advice for a set of profiles.
@@ -173,29 +176,16 @@ func Advise(p *model.Profiles, opts Options) (*Report, error) {
 	for i := range p.Workloads {
 		r.Workloads = append(r.Workloads, ctx.advise(&p.Workloads[i]))
 	}
+	if opts.NoPlan {
+		return r, nil
+	}
 	q := plan.QualityOptions{ExactBudget: -1}
 	if opts.Quality != nil {
 		q = *opts.Quality
 	}
-	advised := func(i int) (Mechanism, Sizing) { return r.Workloads[i].Mechanism, r.Workloads[i].Sizing }
-	names := []string{"advised"}
-	pick := []func(int) (Mechanism, Sizing, bool){func(i int) (Mechanism, Sizing, bool) {
-		m, s := advised(i)
-		return m, s, true
-	}}
-	for _, m := range Mechanisms {
-		names = append(names, string(m))
-		pick = append(pick, func(i int) (Mechanism, Sizing, bool) {
-			for _, a := range r.Workloads[i].Alternatives {
-				if a.Mechanism == m {
-					return m, a.Sizing, a.Possible
-				}
-			}
-			return m, Sizing{}, false
-		})
-	}
-	for k, name := range names {
-		st, err := ctx.planStrategy(name, p, fl, cat, q, pick[k])
+	names := Strategies()
+	for _, name := range names {
+		st, err := ctx.planStrategy(name, p, fl, cat, q, func(i int) (Mechanism, Sizing, bool) { return r.Pick(name, i) })
 		if err != nil {
 			return nil, fmt.Errorf("advise: planning %s: %w", name, err)
 		}
@@ -689,25 +679,14 @@ func (m *mix) planStrategy(name string, p *model.Profiles, fl Fleet, cat *catalo
 			}
 			continue
 		}
-		mem, _, _ := Effective(w)
-		req := alloc.Request{Name: "gpu", MemoryMiB: min(mem, m.gpu.MemoryMiB), ComputePercent: sz.ComputePercent}
-		iso := alloc.IsolationTenant
-		if w.HardwareIsolation {
-			iso = alloc.IsolationHardware
-		}
+		req, iso := Request(w, mech, sz, m.gpu)
 		switch mech {
 		case TimeSlicing:
-			req.Mode = alloc.TimeSlice
 			spec.Policy.DefaultReplicas = max(spec.Policy.DefaultReplicas, min(sz.TimeSliceReplicas, 64))
 			usesOther = true
-		case MPS:
-			req.Mode = alloc.MPS
-			usesOther = true
 		case MIG:
-			req.Mode, req.Profile = alloc.MIG, sz.MIGProfile
 			usesMIG = true
 		default:
-			req.Mode, req.ComputePercent = alloc.Exclusive, 0
 			usesOther = true
 		}
 		spec.Workloads = append(spec.Workloads, model.Workload{Name: w.Name, Tenant: w.Tenant, Replicas: w.Replicas,
@@ -738,6 +717,53 @@ func (m *mix) planStrategy(name string, p *model.Profiles, fl Fleet, cat *catalo
 	}
 	m.slowdowns(st, p, name == "advised")
 	return st, nil
+}
+
+// Request is the allocator's request for one replica of w served by mech
+// with sizing sz, and the claim's isolation.
+func Request(w *model.Profile, mech Mechanism, sz Sizing, gpu *catalog.GPU) (alloc.Request, alloc.Isolation) {
+	mem, _, _ := Effective(w)
+	req := alloc.Request{Name: "gpu", MemoryMiB: min(mem, gpu.MemoryMiB), ComputePercent: sz.ComputePercent}
+	iso := alloc.IsolationTenant
+	if w.HardwareIsolation {
+		iso = alloc.IsolationHardware
+	}
+	switch mech {
+	case TimeSlicing:
+		req.Mode = alloc.TimeSlice
+	case MPS:
+		req.Mode = alloc.MPS
+	case MIG:
+		req.Mode, req.Profile = alloc.MIG, sz.MIGProfile
+	default:
+		req.Mode, req.ComputePercent = alloc.Exclusive, 0
+	}
+	return req, iso
+}
+
+// Pick is a strategy's mechanism and sizing for workload i of an advice
+// report: "advised" takes each workload's recommendation, a mechanism
+// name takes that alternative (ok false: it cannot serve the workload).
+func (r *Report) Pick(strategy string, i int) (Mechanism, Sizing, bool) {
+	a := &r.Workloads[i]
+	if strategy == "advised" {
+		return a.Mechanism, a.Sizing, true
+	}
+	for _, x := range a.Alternatives {
+		if string(x.Mechanism) == strategy {
+			return x.Mechanism, x.Sizing, x.Possible
+		}
+	}
+	return Mechanism(strategy), Sizing{}, false
+}
+
+// Strategies are the names Pick understands, "advised" first.
+func Strategies() []string {
+	out := []string{"advised"}
+	for _, m := range Mechanisms {
+		out = append(out, string(m))
+	}
+	return out
 }
 
 func appendTenant(ts []model.Tenant, name string) []model.Tenant {
