@@ -66,7 +66,9 @@ type Profile struct {
 	Replicas int `json:"replicas"`
 	// ArrivalsPerHour and Duration drive simulate: Poisson arrivals of
 	// replicas that each run for an exponentially distributed time of
-	// mean Duration when alone on a whole GPU.
+	// mean Duration when alone on a whole GPU. With no Duration, a
+	// replica of a workload with a trace runs for the trace's span, and
+	// any other for an hour on average.
 	ArrivalsPerHour float64       `json:"arrivalsPerHour,omitempty"`
 	Duration        time.Duration `json:"duration,omitempty"`
 	// TracePath is a measured trace (CSV time,utilization,memory); the

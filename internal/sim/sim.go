@@ -117,10 +117,17 @@ func Arrivals(p *model.Profiles) []job {
 		w := &p.Workloads[wi]
 		rng := rand.New(rand.NewPCG(p.Sim.Seed, uint64(wi)+1))
 		mean := w.Duration
+		var span time.Duration
+		if mean <= 0 && w.Trace != nil {
+			span = advise.Summarize(w.Trace).Span
+		}
 		if mean <= 0 {
 			mean = time.Hour
 		}
 		draw := func() time.Duration {
+			if span > 0 {
+				return span // a measured run lasts as long as it was measured
+			}
 			return max(time.Second, time.Duration(rng.ExpFloat64()*float64(mean)))
 		}
 		for range w.Replicas {
@@ -151,7 +158,14 @@ func Arrivals(p *model.Profiles) []job {
 func FleetSize(p *model.Profiles, gpusPerNode int) int {
 	conc := 0.0
 	for _, w := range p.Workloads {
-		conc += float64(w.Replicas) + w.ArrivalsPerHour*w.Duration.Hours()
+		d := w.Duration
+		if d <= 0 && w.Trace != nil {
+			d = advise.Summarize(w.Trace).Span
+		}
+		if d <= 0 {
+			d = time.Hour
+		}
+		conc += float64(w.Replicas) + w.ArrivalsPerHour*d.Hours()
 	}
 	return max(1, int(math.Ceil(conc*1.2/float64(max(gpusPerNode, 1)))))
 }
@@ -376,6 +390,11 @@ func (r *runner) setup() error {
 		mem, util, _ := advise.Effective(w)
 		r.need[i] = mem
 		r.loads[i] = advise.Load{Util: float64(util) / 100, Occ: r.cal.OccupancyOf(w)}
+		if w.Trace != nil && w.Utilization == 0 {
+			// Sized by the trace's 95th percentile, busy on average at
+			// its mean: contention is about the time-average.
+			r.loads[i].Util = advise.Summarize(w.Trace).MeanUtilization / 100
+		}
 		if !ok || mem > r.gpu.MemoryMiB {
 			continue
 		}

@@ -162,3 +162,28 @@ func TestProgress(t *testing.T) {
 		t.Fatalf("progress ended at %v after %d calls", last, calls)
 	}
 }
+
+// A workload sized by a trace runs for the trace's span when it gives no
+// duration, and contends at the trace's mean utilization.
+func TestTraceDrivenRuns(t *testing.T) {
+	tr := &model.Trace{File: "t.csv"}
+	for i := 0; i <= 12; i++ {
+		tr.Samples = append(tr.Samples, model.TraceSample{At: time.Duration(i) * 30 * time.Minute, Utilization: float64(10 + 5*i), MemoryMiB: 4096})
+	}
+	w := model.Profile{Name: "traced", Kind: model.KindOfflineInference, Tenant: "a", Replicas: 3, ArrivalsPerHour: 1, Trace: tr}
+	p := load("A100-40GB", 1, w)
+	jobs := Arrivals(p)
+	for _, j := range jobs {
+		if j.runAlone != 6*time.Hour {
+			t.Fatalf("a traced job runs %v, the trace spans 6h", j.runAlone)
+		}
+	}
+	r, err := Run(p, Options{Strategies: []string{"dedicated"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Dedicated: no slowdown, so every job that started by 42h is done.
+	if s := r.Strategies[0]; s.Completed == 0 || s.Started+s.Queued != len(jobs) {
+		t.Fatalf("%+v", s)
+	}
+}

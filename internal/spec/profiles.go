@@ -139,7 +139,7 @@ func (w *walker) profileFleet(top *fields, p *model.Profiles) {
 
 func (w *walker) profile(n *yaml.Node, path string) model.Profile {
 	f := w.mapping(n, path, profileWorkloadKeys...)
-	p := model.Profile{Where: w.pos(n), Replicas: 1, Tenant: "default", Duration: time.Hour}
+	p := model.Profile{Where: w.pos(n), Replicas: 1, Tenant: "default"}
 	p.Name, _ = w.str(f, "name")
 	if p.Name == "" {
 		w.errorf(n, join(path, "name"), "", "a workload needs a name")
