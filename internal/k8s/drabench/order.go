@@ -62,6 +62,11 @@ type OrderMix struct {
 	// as NVIDIA's driver does for separate claims (its time-slicing and
 	// MPS share a device among the pods of one claim only).
 	SharesGiB []int
+	// MIGMemoryGiB, when set, makes the claims MIG instances asked for by
+	// memory (a capacity request on mig.gpuslice.dev, no profile named):
+	// the first placement in device order that holds it is taken, so the
+	// order of the profiles matters too.
+	MIGMemoryGiB []int
 }
 
 // OrderMixes are the mixes of `gpuslice bench dra-order`: small instances
@@ -69,6 +74,7 @@ type OrderMix struct {
 var OrderMixes = []OrderMix{
 	{Name: "a100-small", Model: "A100-40GB", Profiles: []string{"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb"}, Weights: []int{10, 4, 2, 1}},
 	{Name: "a100-spread", Model: "A100-40GB", Profiles: []string{"1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}, Weights: []int{4, 2, 3, 3, 2, 1}},
+	{Name: "a100-by-memory", Model: "A100-40GB", MIGMemoryGiB: []int{5, 10, 20}, Weights: []int{4, 2, 1}},
 	{Name: "a100-shares", Model: "A100-40GB", SharesGiB: []int{4, 10, 20}, Weights: []int{3, 2, 1}},
 	{Name: "h100-large", Model: "H100-80GB-SXM", Profiles: []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}, Weights: []int{3, 2, 4, 3, 1}},
 }
@@ -104,8 +110,15 @@ func CompareOrder(mix OrderMix, nodes, claims int, seed uint64) (OrderResult, er
 	if nodes <= 0 || claims <= 0 {
 		return res, fmt.Errorf("nodes %d, claims %d: want both positive", nodes, claims)
 	}
-	if kinds := max(len(mix.Profiles), len(mix.SharesGiB)); kinds == 0 || kinds != len(mix.Weights) || len(mix.Profiles)*len(mix.SharesGiB) != 0 {
-		return res, fmt.Errorf("mix %s: %d profiles, %d shares, %d weights: want profiles or shares, as many as weights", mix.Name, len(mix.Profiles), len(mix.SharesGiB), len(mix.Weights))
+	kinds, set := 0, 0
+	for _, l := range []int{len(mix.Profiles), len(mix.SharesGiB), len(mix.MIGMemoryGiB)} {
+		if l > 0 {
+			kinds, set = l, set+1
+		}
+	}
+	if set != 1 || kinds != len(mix.Weights) {
+		return res, fmt.Errorf("mix %s: %d profiles, %d shares, %d MIG memory sizes, %d weights: want one of profiles, shares or MIG memory sizes, as many as weights",
+			mix.Name, len(mix.Profiles), len(mix.SharesGiB), len(mix.MIGMemoryGiB), len(mix.Weights))
 	}
 	cat := catalog.Default()
 	if _, err := cat.GPU(mix.Model); err != nil {
@@ -192,6 +205,22 @@ func orderClaims(mix OrderMix, n int, seed uint64) []*resourceapi.ResourceClaim 
 						Count:           1,
 						Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
 							"memory": *resource.NewQuantity(int64(mix.SharesGiB[k])<<30, resource.BinarySI)}},
+					},
+				}}}},
+			})
+			continue
+		}
+		if len(mix.MIGMemoryGiB) > 0 {
+			out = append(out, &resourceapi.ResourceClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench", UID: types.UID("uid-" + name)},
+				Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+					Name: "mig",
+					Exactly: &resourceapi.ExactDeviceRequest{
+						DeviceClassName: dradriver.ClassMIG,
+						AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+						Count:           1,
+						Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+							Expression: fmt.Sprintf("device.capacity[%q].memory.compareTo(quantity(%q)) >= 0", dradriver.DriverName, fmt.Sprintf("%dGi", mix.MIGMemoryGiB[k]))}}},
 					},
 				}}}},
 			})

@@ -8,7 +8,8 @@ import (
 // no device given twice (upstreamOrder fails on that), gpuslice's state
 // checked (gpusliceOrder fails on that); with room for every claim the
 // memory shares take several times fewer GPUs than a whole GPU per claim,
-// and the device orders stay within a few claims of each other.
+// the device orders stay within a few claims of each other when claims
+// name a profile, and largest-first wastes GPUs when they ask by memory.
 func TestDeviceOrder(t *testing.T) {
 	for _, mix := range OrderMixes {
 		nodes := 3
@@ -36,6 +37,17 @@ func TestDeviceOrder(t *testing.T) {
 			whole := by[stock+OrderNVIDIAWhole]
 			if ours.Unplaced != 0 || whole.Unplaced != 0 || whole.GPUs < 3*ours.GPUs {
 				t.Errorf("%s: shares %+v against a whole GPU per claim %+v: want all placed, ≥3× fewer GPUs", mix.Name, ours, whole)
+			}
+			continue
+		}
+		if len(mix.MIGMemoryGiB) > 0 {
+			// Claims by memory take the first placement big enough:
+			// largest-first gives every claim a whole-GPU instance.
+			if lf := by[stock+OrderLargestFirst]; !(lf.Placed < ours.Placed || lf.GPUs >= 2*ours.GPUs) {
+				t.Errorf("%s: largest-first %+v should do far worse than gpuslice's order %+v", mix.Name, lf, ours)
+			}
+			if n := by[stock+OrderNVML]; n.Placed != ours.Placed || n.GPUs < ours.GPUs-1 {
+				t.Errorf("%s: NVML order %+v, gpuslice's %+v", mix.Name, n, ours)
 			}
 			continue
 		}
