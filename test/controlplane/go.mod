@@ -1,6 +1,7 @@
-// Tools module that builds a real Kubernetes control plane (etcd +
-// kube-apiserver) for gpuslice's integration tests. It is a separate module
-// so the main module never depends on k8s.io/kubernetes. Build with
+// Tools module that builds a real Kubernetes control plane (etcd,
+// kube-apiserver, kube-scheduler, kube-controller-manager) for gpuslice's
+// integration tests. It is a separate module so the main module never
+// depends on k8s.io/kubernetes. Build with
 // scripts/controlplane.sh; see internal/k8s/apitest for the consumer.
 module github.com/gpuslice/gpuslice/test/controlplane
 
