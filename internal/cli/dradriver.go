@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,8 +26,8 @@ import (
 // draDriverCmd runs the node side of the DRA driver: the kubelet plugin.
 func draDriverCmd(e *env) *cobra.Command {
 	var (
-		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen string
-		watchInterval, memoryGrace                                                                                time.Duration
+		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen, xidNoSchedule string
+		watchInterval, memoryGrace                                                                                               time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
@@ -46,6 +47,14 @@ a driver restarted mid-prepare adopts the MIG instance and MPS daemon it finds. 
 watchdog of "gpuslice agent" runs over the prepared claims, and /metrics on --metrics-listen
 exports gpuslice_slice_* per claim with namespace, pod and claim labels.
 
+GPU health becomes device taints on the published slices (key ` + dradriver.TaintKey + `, value
+the XID): a fatal XID (48, 79, 94, 95, 119, 120) or a lost GPU taints every device of the GPU
+NoExecute, so Kubernetes evicts the pods using it (the device-taint-eviction controller of
+kube-controller-manager) and schedules nothing there; the XIDs in --xid-noschedule taint
+NoSchedule (running pods stay); others are ignored. An XID NVML attributes to a MIG instance
+taints that instance's placement only. Taints live in the driver's memory: restarting the driver
+(after the GPU was reset) clears them, except on GPUs the device layer still lists unhealthy.
+
 Without an NVIDIA driver (or with --simulate) it runs on simulated GPUs whose MIG layout is kept
 in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 		Example: "  gpuslice dra-driver --node $NODE_NAME\n  gpuslice dra-driver --simulate dgx-a100 --node gpu-1 --kubeconfig ~/.kube/config --state-dir /tmp/dra --registrar-dir /tmp/dra/reg --cdi-dir /tmp/dra/cdi",
@@ -53,6 +62,10 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if node == "" {
 				return errors.New("--node: the Kubernetes node name is required (in a pod: the downward API's spec.nodeName)")
+			}
+			noSchedule, err := dradriver.ParseXIDList(xidNoSchedule)
+			if err != nil {
+				return fmt.Errorf("--%w", err)
 			}
 			if watchInterval <= 0 {
 				return fmt.Errorf("--watch-interval %s: want a positive duration, e.g. 10s", watchInterval)
@@ -68,7 +81,8 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 			}
 			log.Info(why)
 			cfg := draplugin.Config{Node: node, Device: dev, CDIDir: cdiDir, StateDir: stateDir, RegistrarDir: registrarDir,
-				MPSRoot: mpsRoot, MPSControl: mpsControl, Log: log, MemoryGrace: memoryGrace}
+				MPSRoot: mpsRoot, MPSControl: mpsControl, Log: log, MemoryGrace: memoryGrace,
+				Health: &dradriver.HealthPolicy{NoSchedule: noSchedule}}
 			if m, ok := dev.(*fake.Machine); ok {
 				cfg.Kill = m.StopProcess
 			} else {
@@ -109,6 +123,16 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 	f.StringVar(&migMinors, "mig-minors", "", "the nvidia-caps mig-minors table (default "+cdi.DefaultMIGMinorsPath+" when present)")
 	f.StringVar(&metricsListen, "metrics-listen", ":9464", "address of /metrics (empty: none)")
 	f.DurationVar(&watchInterval, "watch-interval", 10*time.Second, "how often the memory watchdog reads the GPUs' processes")
+	f.StringVar(&xidNoSchedule, "xid-noschedule", joinXIDs(dradriver.DefaultNoScheduleXIDs),
+		"non-fatal XIDs that taint the GPU's devices NoSchedule (comma-separated, or none); fatal XIDs always taint NoExecute")
 	f.DurationVar(&memoryGrace, "memory-grace", 30*time.Second, "how long a claim under memoryPolicy kill may stay over its memory")
 	return cmd
+}
+
+func joinXIDs(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
 }
