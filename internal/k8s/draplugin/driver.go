@@ -281,9 +281,10 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 // (planClaim) is saved in the checkpoint first, then made true: MIG mode
 // and the instance at the allocated placement (an instance found there is
 // adopted: a driver killed after creating it left it behind), whole GPUs
-// out of MIG mode, compute modes, the MPS daemon of each MPS device
-// (started, or joined when running), the CDI spec; the checkpoint then
-// records the claim as prepared.
+// out of MIG mode, compute modes (DEFAULT unless MPS), the time-slice
+// interval of a time-sliced GPU (timeSliceLevels), the MPS daemon of each
+// MPS device (started, or joined when running), the CDI spec; the
+// checkpoint then records the claim as prepared.
 func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -318,6 +319,12 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			}
 		} else if gpus, err = d.wholeGPU(ctx, gpus, uid, *dev); err != nil {
 			return nil, fmt.Errorf("claim %s/%s: device %s: %w", rec.Namespace, rec.Name, dev.Device, err)
+		}
+		if timeSliced(*dev) {
+			level := timeSliceLevels(d.claims)[dev.GPUIndex]
+			if err := d.cfg.Device.SetTimeSlice(ctx, dev.GPUIndex, level); err != nil {
+				return nil, fmt.Errorf("claim %s/%s: device %s: setting time-slice interval %s: %w", rec.Namespace, rec.Name, dev.Device, level, err)
+			}
 		}
 		if dev.Mode == alloc.MPS {
 			if dev.PipeDir, _, err = pipeDirs(d.cfg.MPSRoot, dev.ID); err != nil {
@@ -597,6 +604,16 @@ func (d *Driver) Unprepare(ctx context.Context, uid string) error {
 	}
 	delete(d.claims, uid)
 	delete(d.usage, uid)
+	levels := timeSliceLevels(d.claims)
+	for _, dev := range rec.Devices {
+		if !timeSliced(dev) {
+			continue
+		}
+		// The GPU's level for the claims left: Default once none names one.
+		if err := d.cfg.Device.SetTimeSlice(ctx, dev.GPUIndex, levels[dev.GPUIndex]); err != nil && !errors.Is(err, gpu.ErrNotFound) {
+			d.cfg.Log.Warn("resetting the time-slice interval", "gpu", dev.GPUIndex, "claim", rec.Namespace+"/"+rec.Name, "err", err)
+		}
+	}
 	if err := d.reconcileMPS(ctx, nil); err != nil {
 		d.cfg.Log.Warn("MPS daemons after unprepare", "err", err)
 	}
