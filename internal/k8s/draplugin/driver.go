@@ -74,6 +74,13 @@ type Config struct {
 	// MIGMinors is the nvidia-caps table for MIG device nodes (nil: left
 	// out of the CDI edits).
 	MIGMinors cdi.MIGMinors
+	// MIGBindingConditions publishes MIG devices with binding conditions
+	// (dradriver.WithMIGBindingConditions), so that StartBinding creates
+	// their instances before the scheduler binds the pod.
+	// BindingWorkers is how many claims StartBinding works on at once
+	// (default 2; the hardware changes are serialized all the same).
+	MIGBindingConditions bool
+	BindingWorkers       int
 	// Sharing decodes opaque parameters (default StrictSharingDecoder).
 	Sharing SharingDecoder
 	Catalog *catalog.Catalog
@@ -143,6 +150,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Observe == nil {
 		cfg.Observe = func(string, string) {}
 	}
+	if cfg.BindingWorkers <= 0 {
+		cfg.BindingWorkers = 2
+	}
 	gpus, err := cfg.Device.GPUs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing GPUs: %w", err)
@@ -154,6 +164,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	sl, err := dradriver.Slices(inv, 0, cfg.Device.Info().DriverVersion, cfg.Catalog)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.MIGBindingConditions {
+		sl = dradriver.WithMIGBindingConditions(sl)
 	}
 	table, err := deviceTable(sl)
 	if err != nil {
