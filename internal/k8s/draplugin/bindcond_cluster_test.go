@@ -188,7 +188,8 @@ func condition(cl *resourceapi.ResourceClaim, typ string) *metav1.Condition {
 // exactly the allocated placement — two claims on one GPU at once — sets
 // the condition, and the pods bind. Preparing them over the kubelet's
 // gRPC adopts those instances (no second create). A claim deleted before
-// its instance exists gets none.
+// its instance exists gets none; one deleted after, before it is
+// prepared, has its instance destroyed.
 func TestMIGInstanceCreatedAtTheAllocatedPlacementBeforeBind(t *testing.T) {
 	e := newBindEnv(t, 2)
 	d, kl := e.start(e.ctx, e.cfg)
@@ -301,6 +302,24 @@ func TestMIGInstanceCreatedAtTheAllocatedPlacementBeforeBind(t *testing.T) {
 	}
 	if in := e.instances(0); len(in) != 0 {
 		t.Fatalf("instances after unprepare: %+v", in)
+	}
+
+	// A claim deleted after its instance was made but before the kubelet
+	// prepared it: the controller destroys the instance.
+	e.createClaimPod(claimSpec{name: "mig-late", class: dradriver.ClassMIG, selector: e.migSelector(1, "1g.5gb")})
+	e.waitBound("mig-late")
+	if in := e.instances(1); len(in) != 1 {
+		t.Fatalf("GPU 1 instances %+v, want the bound claim's", in)
+	}
+	if err := e.cs.ResourceV1().ResourceClaims("team-a").Delete(e.ctx, "mig-late", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for len(e.instances(1)) != 0 {
+		select {
+		case <-e.ctx.Done():
+			t.Fatalf("the instance of a deleted, unprepared claim stays: %+v", e.instances(1))
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
