@@ -164,7 +164,7 @@ func TestCheckpointCarriesClaimsAcrossDrivers(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = New(ctx, Config{Node: "n1", Device: m, StateDir: filepath.Join(dir, "state")})
-	if err == nil || !strings.Contains(err.Error(), `claims["x"]: state "done": valid are preparing, prepared`) {
+	if err == nil || !strings.Contains(err.Error(), `claims["x"]: state "done": valid are binding, preparing, prepared`) {
 		t.Fatalf("damaged checkpoint: %v", err)
 	}
 }
