@@ -176,6 +176,7 @@ func FuzzParseCheckpoint(f *testing.F) {
 	b, _ := json.Marshal(checkpoint{Version: 1, Node: "n1", Claims: rec})
 	f.Add(b)
 	f.Add([]byte(`{"version":1,"node":"n1","claims":{}}`))
+	f.Add([]byte(`{"version":1,"node":"n1","claims":{"b":{"uid":"b","namespace":"ns","name":"c","state":"binding","devices":[{"request":"gpu","pool":"n1","device":"gpu-0-mig-1g-5gb-at-6","type":"mig","gpuIndex":0,"gpu":"GPU-5fd4d9a8-4c6d-4e0d-9a3b-7c1a1f2e3d4c","profile":"1g.5gb","start":6,"memoryMiB":4864,"mode":"exclusive","promisedMiB":4864}]}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		claims, err := parseCheckpoint("cp", data, "n1")
 		if err != nil {
