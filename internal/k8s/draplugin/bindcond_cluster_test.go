@@ -440,4 +440,3 @@ func TestDriverRestartBetweenCreateAndConditionAdopts(t *testing.T) {
 		t.Fatalf("after prepare: instances %+v creates %v", in, e.dev.ops())
 	}
 }
-
