@@ -238,7 +238,11 @@ func TestMIGInstanceCreatedAtTheAllocatedPlacementBeforeBind(t *testing.T) {
 		if err != nil || cl.DeletionTimestamp != nil {
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-e.ctx.Done():
+			t.Fatal("the deleted claim was never marked for deletion")
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 
 	if err := d.StartBinding(e.ctx); err != nil {
