@@ -241,7 +241,7 @@ func (d *Driver) Start(ctx context.Context) error {
 		return fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
 	d.cfg.Log.Info("gpuslice DRA driver started", "driver", dradriver.DriverName, "node", d.cfg.Node,
-		"devices", len(d.table), "prepared", len(d.claims), "socket", filepath.Join(d.cfg.StateDir, "dra.sock"))
+		"devices", len(d.table), "claims", len(d.claims), "socket", filepath.Join(d.cfg.StateDir, "dra.sock"))
 	return nil
 }
 
