@@ -28,6 +28,7 @@ func draDriverCmd(e *env) *cobra.Command {
 	var (
 		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen, xidNoSchedule string
 		watchInterval, memoryGrace                                                                                               time.Duration
+		migBinding                                                                                                               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
@@ -41,6 +42,13 @@ daemon of an MPS device, and writes a CDI spec whose edits carry the device node
 CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, the MPS pipe directory and CUDA_MPS_* limits;
 unprepare undoes it. Opaque parameters for ` + dradriver.DriverName + ` may be NVIDIA's GpuConfig /
 MigDeviceConfig (sharing.strategy TimeSlicing or MPS) or gpuslice's SliceConfig.
+
+With --mig-binding-conditions (the default) MIG devices are published with binding conditions
+(KEP-5007): the stock scheduler binds a pod whose claim got a MIG device only once the driver
+has created the instance at the allocated placement and set gpuslice.dev/mig-ready in the
+claim's status.devices; if the instance cannot be made it sets gpuslice.dev/mig-failed and the
+scheduler allocates again. Prepare then adopts the instance. Time-sliced GPUs get the claims'
+time-slice interval (nvidia-smi compute-policy --set-timeslice), Default when the last leaves.
 
 Every prepare is recorded in a checkpoint in --state-dir before the hardware changes and after;
 a driver restarted mid-prepare adopts the MIG instance and MPS daemon it finds. The memory
@@ -81,7 +89,7 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 			}
 			log.Info(why)
 			cfg := draplugin.Config{Node: node, Device: dev, CDIDir: cdiDir, StateDir: stateDir, RegistrarDir: registrarDir,
-				MPSRoot: mpsRoot, MPSControl: mpsControl, Log: log, MemoryGrace: memoryGrace,
+				MPSRoot: mpsRoot, MPSControl: mpsControl, Log: log, MemoryGrace: memoryGrace, MIGBindingConditions: migBinding,
 				Health: &dradriver.HealthPolicy{NoSchedule: noSchedule}}
 			if m, ok := dev.(*fake.Machine); ok {
 				cfg.Kill = m.StopProcess
@@ -125,6 +133,7 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 	f.DurationVar(&watchInterval, "watch-interval", 10*time.Second, "how often the memory watchdog reads the GPUs' processes")
 	f.StringVar(&xidNoSchedule, "xid-noschedule", joinXIDs(dradriver.DefaultNoScheduleXIDs),
 		"non-fatal XIDs that taint the GPU's devices NoSchedule (comma-separated, or none); fatal XIDs always taint NoExecute")
+	f.BoolVar(&migBinding, "mig-binding-conditions", true, "publish MIG devices with binding conditions and create their instances before the pod binds (needs Kubernetes 1.36: DRADeviceBindingConditions; false: created at prepare)")
 	f.DurationVar(&memoryGrace, "memory-grace", 30*time.Second, "how long a claim under memoryPolicy kill may stay over its memory")
 	return cmd
 }

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
@@ -21,7 +22,8 @@ import (
 // `gpuslice dra-driver` wires the plugin to a real kube-apiserver: on
 // simulated GPUs (dgx-a100) on a ready Node it publishes the node's nine ResourceSlices
 // through the kubelet-plugin helper, opens the registration socket the
-// kubelet watches, and stops cleanly on cancel.
+// kubelet watches (MIG devices with binding conditions, the default), and
+// stops cleanly on cancel.
 func TestDRADriverCommand(t *testing.T) {
 	srv := apitest.Start(t)
 	if _, err := srv.CreateReadyNode(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}}); err != nil {
@@ -64,6 +66,26 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 		}
 		_, sockErr := os.Stat(filepath.Join(dir, "reg", "gpu.gpuslice.dev-reg.sock"))
 		if len(list.Items) == 9 && sockErr == nil {
+			// --mig-binding-conditions is on by default: MIG devices
+			// wait for gpuslice.dev/mig-ready.
+			migs := 0
+			for _, it := range list.Items {
+				devs, _, _ := unstructured.NestedSlice(it.Object, "spec", "devices")
+				for _, d := range devs {
+					dm, _ := d.(map[string]any)
+					typ, _, _ := unstructured.NestedString(dm, "attributes", "type", "string")
+					conds, _, _ := unstructured.NestedStringSlice(dm, "bindingConditions")
+					if (typ == "mig") != (len(conds) == 1 && conds[0] == "gpuslice.dev/mig-ready") {
+						t.Fatalf("device %v (type %s): bindingConditions %v", dm["name"], typ, conds)
+					}
+					if typ == "mig" {
+						migs++
+					}
+				}
+			}
+			if migs == 0 {
+				t.Fatal("no MIG device published")
+			}
 			break
 		}
 		select {

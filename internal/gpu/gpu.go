@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -24,6 +25,10 @@ type Device interface {
 	// SetComputeMode sets a whole GPU's compute mode (MPS needs
 	// ExclusiveProcess).
 	SetComputeMode(ctx context.Context, index int, mode ComputeMode) error
+	// SetTimeSlice sets how long each process runs in turn on a whole GPU
+	// shared by time-slicing (what `nvidia-smi compute-policy
+	// --set-timeslice` sets; NVML has no call for it).
+	SetTimeSlice(ctx context.Context, index int, level TimeSlice) error
 	// Processes lists the processes using a GPU or a MIG instance (uuid)
 	// with their GPU memory and, where the driver samples it, their SM
 	// utilization since the previous call on that device.
@@ -79,6 +84,44 @@ const (
 	ComputeExclusiveProcess ComputeMode = 3
 	ComputeProhibited       ComputeMode = 2
 )
+
+// TimeSlice is the time-slice length a GPU gives each process in turn
+// when several share it by time-slicing: nvidia-smi's --set-timeslice
+// levels 0 to 3.
+type TimeSlice int
+
+// Time-slice levels (nvidia-smi compute-policy --set-timeslice values).
+const (
+	TimeSliceDefault TimeSlice = 0
+	TimeSliceShort   TimeSlice = 1
+	TimeSliceMedium  TimeSlice = 2
+	TimeSliceLong    TimeSlice = 3
+)
+
+// timeSliceNames are the levels' names, as NVIDIA's DRA driver's
+// timeSlicingConfig.interval spells them.
+var timeSliceNames = [...]string{"Default", "Short", "Medium", "Long"}
+
+// String is the level's name ("Default", "Short", "Medium", "Long").
+func (t TimeSlice) String() string {
+	if t.Valid() {
+		return timeSliceNames[t]
+	}
+	return fmt.Sprintf("TimeSlice(%d)", int(t))
+}
+
+// Valid reports whether t is one of the four levels.
+func (t TimeSlice) Valid() bool { return t >= TimeSliceDefault && t <= TimeSliceLong }
+
+// ParseTimeSlice reads a level by name (Default, Short, Medium, Long).
+func ParseTimeSlice(name string) (TimeSlice, error) {
+	for i, n := range timeSliceNames {
+		if n == name {
+			return TimeSlice(i), nil
+		}
+	}
+	return 0, fmt.Errorf("time-slice interval %q: valid are Default, Short, Medium, Long", name)
+}
 
 // Process is a process using GPU memory.
 type Process struct {

@@ -287,11 +287,19 @@ func checkDriver(t *testing.T, r rendered, vals map[string]any) {
 	}
 	role := r.get(t, "ClusterRole", "gs-gpuslice-driver").(*rbacv1.ClusterRole)
 	need := map[string][]string{
-		"resource.k8s.io/resourceslices": {"get", "list", "watch", "create", "update", "delete"},
-		"resource.k8s.io/resourceclaims": {"get", "list", "watch"},
-		"/nodes":                         {"get"},
+		"resource.k8s.io/resourceslices":        {"get", "list", "watch", "create", "update", "delete"},
+		"resource.k8s.io/resourceclaims":        {"get", "list", "watch"},
+		"resource.k8s.io/resourceclaims/status": {"update", "patch"},
+		"resource.k8s.io/resourceclaims/driver": {"associated-node:update", "associated-node:patch"},
+		"/nodes":                                {"get"},
 	}
 	checkRules(t, "driver ClusterRole", role.Rules, need)
+	// status.devices is authorized per driver: the rule names ours.
+	for _, rule := range role.Rules {
+		if slices.Contains(rule.Resources, "resourceclaims/driver") && !slices.Equal(rule.ResourceNames, []string{"gpu.gpuslice.dev"}) {
+			t.Errorf("driver ClusterRole: resourceclaims/driver for %v, want [gpu.gpuslice.dev]", rule.ResourceNames)
+		}
+	}
 }
 
 func checkRules(t *testing.T, what string, rules []rbacv1.PolicyRule, need map[string][]string) {

@@ -71,6 +71,7 @@ type device struct {
 	memMiB  int64
 	migOn   bool
 	mode    gpu.ComputeMode
+	slice   gpu.TimeSlice // the time-slice level last set
 	healthy bool
 	lastXID int // the fatal XID that made it unhealthy
 	busy    bool
@@ -384,6 +385,41 @@ func (m *Machine) SetComputeMode(ctx context.Context, index int, mode gpu.Comput
 	d.mode = mode
 	m.save()
 	return nil
+}
+
+// SetTimeSlice records a GPU's time-slice level (TimeSlice reads it back;
+// it is kept in the state file). Like nvidia-smi it needs MIG off.
+func (m *Machine) SetTimeSlice(ctx context.Context, index int, level gpu.TimeSlice) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !level.Valid() {
+		return fmt.Errorf("GPU %d: time-slice level %d: valid are 0 (Default) to 3 (Long)", index, int(level))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, err := m.device(index)
+	if err != nil {
+		return err
+	}
+	if d.migOn {
+		return fmt.Errorf("GPU %d: time-slicing is set on a GPU outside MIG mode: %w", index, gpu.ErrInUse)
+	}
+	d.slice = level
+	m.save()
+	return nil
+}
+
+// TimeSlice is a GPU's time-slice level as last set by SetTimeSlice
+// (Default on a new machine).
+func (m *Machine) TimeSlice(index int) (gpu.TimeSlice, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, err := m.device(index)
+	if err != nil {
+		return 0, err
+	}
+	return d.slice, nil
 }
 
 // Processes lists the processes on a GPU or a MIG instance by pid. A GPU's

@@ -11,9 +11,9 @@ import (
 )
 
 // WithStateFile keeps the machine's hardware state — MIG mode, MIG
-// instances with their GPU-instance ids (so their uuids), compute modes —
-// in path, as real GPUs keep theirs across a restart of the software that
-// drives them: New restores it when the file describes the same GPUs (same
+// instances with their GPU-instance ids (so their uuids), compute modes,
+// time-slice levels — in path, as real GPUs keep theirs across a restart
+// of the software that drives them: New restores it when the file describes the same GPUs (same
 // uuids), and every change is written back (atomically: a temporary file,
 // then a rename). A file for other GPUs (other uuids or models), one that
 // does not parse, or one whose layout the GPUs cannot hold is ignored and
@@ -30,6 +30,7 @@ type savedGPU struct {
 	Model       string          `json:"model"`
 	MIGEnabled  bool            `json:"migEnabled"`
 	ComputeMode gpu.ComputeMode `json:"computeMode"`
+	TimeSlice   gpu.TimeSlice   `json:"timeSlice,omitempty"`
 	Instances   []savedInstance `json:"instances,omitempty"`
 }
 
@@ -62,6 +63,9 @@ func (m *Machine) restore(path string) error {
 		d := m.gpus[i]
 		d.insts, d.occ = nil, mig.Occupancy{}
 		d.migOn, d.mode = g.MIGEnabled && d.geo != nil, g.ComputeMode
+		if g.TimeSlice.Valid() {
+			d.slice = g.TimeSlice
+		}
 		for _, in := range g.Instances {
 			if _, err := m.createAs(d, in.Profile, in.Start, in.GIID); err != nil {
 				return fmt.Errorf("fake: restoring GPU %d from %s: %w", i, path, err)
@@ -79,7 +83,7 @@ func (m *Machine) save() {
 	}
 	var s savedMachine
 	for _, d := range m.gpus {
-		g := savedGPU{UUID: d.uuid, Model: d.model.ID, MIGEnabled: d.migOn, ComputeMode: d.mode}
+		g := savedGPU{UUID: d.uuid, Model: d.model.ID, MIGEnabled: d.migOn, ComputeMode: d.mode, TimeSlice: d.slice}
 		for _, in := range d.insts {
 			g.Instances = append(g.Instances, savedInstance{Profile: in.Profile, Start: in.Start, GIID: in.GIID})
 		}

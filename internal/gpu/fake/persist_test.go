@@ -116,3 +116,42 @@ func TestStateFileForOtherHardwareIsIgnored(t *testing.T) {
 		t.Fatalf("an impossible layout was restored: %+v", gs[0])
 	}
 }
+
+// The time-slice level is recorded per GPU, kept in the state file's JSON
+// across a restart, and refused on a GPU in MIG mode (nvidia-smi sets it
+// on whole GPUs).
+func TestTimeSliceIsRecordedAndKept(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "sim.json")
+	spec, err := fake.Preset("dgx-a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := fake.New(spec, fake.WithSeed(7), fake.WithStateFile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := m.TimeSlice(1); l != gpu.TimeSliceDefault {
+		t.Fatalf("a new GPU's level %v", l)
+	}
+	if err := m.SetTimeSlice(ctx, 1, gpu.TimeSliceLong); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(b), `"timeSlice": 3`) {
+		t.Fatalf("state file %s (%v): want timeSlice 3", b, err)
+	}
+	again, err := fake.New(spec, fake.WithSeed(7), fake.WithStateFile(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := again.TimeSlice(1); l != gpu.TimeSliceLong {
+		t.Fatalf("after a restart the level is %v, want Long", l)
+	}
+	if err := again.SetMIGMode(ctx, 2, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.SetTimeSlice(ctx, 2, gpu.TimeSliceShort); err == nil {
+		t.Fatal("SetTimeSlice on a GPU in MIG mode succeeded")
+	}
+}

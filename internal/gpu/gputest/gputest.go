@@ -324,6 +324,7 @@ func testUnknown(s *suite) {
 	s.want(err, gpu.ErrNotFound, "CreateInstance(%d)", bad)
 	s.want(s.dev.DestroyInstance(s.ctx, bad, "MIG-nope"), gpu.ErrNotFound, "DestroyInstance(%d)", bad)
 	s.want(s.dev.SetComputeMode(s.ctx, bad, gpu.ComputeDefault), gpu.ErrNotFound, "SetComputeMode(%d)", bad)
+	s.want(s.dev.SetTimeSlice(s.ctx, bad, gpu.TimeSliceLong), gpu.ErrNotFound, "SetTimeSlice(%d)", bad)
 	_, err = s.dev.Processes(s.ctx, "GPU-no-such-uuid")
 	s.want(err, gpu.ErrNotFound, "Processes(unknown uuid)")
 	_, err = s.dev.Utilization(s.ctx, "GPU-no-such-uuid")
@@ -643,6 +644,11 @@ func testComputeMode(s *suite) {
 	}
 	if err := s.dev.SetComputeMode(s.ctx, g.Index, gpu.ComputeMode(42)); err == nil {
 		s.t.Error("SetComputeMode(42) succeeded")
+	}
+	for _, bad := range []gpu.TimeSlice{-1, 4} {
+		if err := s.dev.SetTimeSlice(s.ctx, g.Index, bad); err == nil || !strings.Contains(err.Error(), "Long") {
+			s.t.Errorf("SetTimeSlice(%d) = %v: want an error naming the valid levels", bad, err)
+		}
 	}
 }
 

@@ -23,6 +23,8 @@ type config struct {
 	path string
 	now  func() time.Time
 	poll time.Duration
+	run  Runner
+	smi  string
 }
 
 // WithInterface makes Open use lib instead of go-nvml's real library: a
@@ -37,6 +39,8 @@ type Device struct {
 	now    func() time.Time
 	poll   time.Duration
 	driver string
+	run    Runner // runs nvidia-smi (SetTimeSlice)
+	smi    string
 
 	mu     sync.Mutex // serialises NVML calls and guards the fields below
 	gpus   []*gpuDev
@@ -79,7 +83,7 @@ const mib = 1 << 20
 // library or kernel driver it fails with an error wrapping gpu.ErrNoDriver;
 // it never panics.
 func Open(opts ...Option) (*Device, error) {
-	cfg := config{now: time.Now, poll: defaultPoll}
+	cfg := config{now: time.Now, poll: defaultPoll, run: ExecRunner, smi: NvidiaSMI}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -94,7 +98,7 @@ func Open(opts ...Option) (*Device, error) {
 	if err := initialise(lib); err != nil {
 		return nil, err
 	}
-	d := &Device{lib: lib, now: cfg.now, poll: cfg.poll, done: make(chan struct{})}
+	d := &Device{lib: lib, now: cfg.now, poll: cfg.poll, run: cfg.run, smi: cfg.smi, done: make(chan struct{})}
 	if err := d.enumerate(); err != nil {
 		func() {
 			defer func() { _ = recover() }() // best effort
@@ -338,6 +342,29 @@ func (d *Device) SetComputeMode(ctx context.Context, index int, mode gpu.Compute
 		return g.lose(ret, fail(ret, fmt.Sprintf("%s: setting compute mode %d", g.label(), mode), unsupportedCodes))
 	}
 	return nil
+}
+
+// SetTimeSlice sets a whole GPU's time-slice level with nvidia-smi
+// (compute-policy -i <uuid> --set-timeslice=<level>): NVML has no setter.
+// The command runs without the device lock held.
+func (d *Device) SetTimeSlice(ctx context.Context, index int, level gpu.TimeSlice) error {
+	if !level.Valid() {
+		_, err := timeSliceArgs("", level)
+		return fmt.Errorf("nvml: GPU %d: %w", index, err)
+	}
+	d.mu.Lock()
+	if err := d.usable(ctx); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	g, err := d.gpu(index)
+	if err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	label, uuid := g.label(), g.uuid
+	d.mu.Unlock()
+	return runTimeSlice(ctx, d.run, d.smi, "setting the time slice of "+label, uuid, level)
 }
 
 // target is a device a uuid names: a GPU, or one of its MIG devices.

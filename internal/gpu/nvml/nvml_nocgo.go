@@ -15,6 +15,8 @@ type config struct {
 	path string
 	now  func() time.Time
 	poll time.Duration
+	run  Runner
+	smi  string
 }
 
 // errNoCgo is what every call fails with in a build without cgo.
@@ -51,6 +53,9 @@ func (d *Device) DestroyInstance(context.Context, int, string) error { return er
 
 // SetComputeMode fails with gpu.ErrNoDriver.
 func (d *Device) SetComputeMode(context.Context, int, gpu.ComputeMode) error { return errNoCgo }
+
+// SetTimeSlice fails with gpu.ErrNoDriver.
+func (d *Device) SetTimeSlice(context.Context, int, gpu.TimeSlice) error { return errNoCgo }
 
 // Processes fails with gpu.ErrNoDriver.
 func (d *Device) Processes(context.Context, string) ([]gpu.Process, error) { return nil, errNoCgo }

@@ -134,3 +134,36 @@ func TestSlicesKeepTheAPILimits(t *testing.T) {
 		})
 	}
 }
+
+// With binding conditions every MIG device (and only those) waits for
+// gpuslice.dev/mig-ready and fails on gpuslice.dev/mig-failed, bound to
+// its node; the input slices are not changed.
+func TestWithMIGBindingConditions(t *testing.T) {
+	n := alloc.Node{Name: "n", GPUs: []alloc.GPU{{UUID: "GPU-a", Index: 0, Model: "A100-40GB", Healthy: true}, {UUID: "GPU-b", Index: 1, Model: "L4", Healthy: true}}}
+	sl, err := Slices(n, 1, "580.65.06", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := WithMIGBindingConditions(sl)
+	migs := 0
+	for i, s := range got {
+		for j, d := range s.Spec.Devices {
+			if sl[i].Spec.Devices[j].BindingConditions != nil {
+				t.Fatal("the input slices were changed")
+			}
+			isMIG := *d.Attributes["type"].StringValue == TypeMIG
+			has := len(d.BindingConditions) == 1 && d.BindingConditions[0] == ConditionMIGReady &&
+				len(d.BindingFailureConditions) == 1 && d.BindingFailureConditions[0] == ConditionMIGFailed &&
+				d.BindsToNode != nil && *d.BindsToNode
+			if isMIG != has {
+				t.Fatalf("device %s: MIG %v, binding conditions %v %v %v", d.Name, isMIG, d.BindingConditions, d.BindingFailureConditions, d.BindsToNode)
+			}
+			if isMIG {
+				migs++
+			}
+		}
+	}
+	if migs == 0 {
+		t.Fatal("no MIG device")
+	}
+}

@@ -78,8 +78,8 @@ func (r *claimRecord) check(uid string) error {
 		return errors.New("null record")
 	case r.UID != uid || uid == "":
 		return fmt.Errorf("uid %q under key %q", r.UID, uid)
-	case r.State != statePreparing && r.State != statePrepared:
-		return fmt.Errorf("state %q: valid are %s, %s", r.State, statePreparing, statePrepared)
+	case r.State != statePreparing && r.State != statePrepared && r.State != stateBinding:
+		return fmt.Errorf("state %q: valid are %s, %s, %s", r.State, stateBinding, statePreparing, statePrepared)
 	}
 	for i, d := range r.Devices {
 		f := fmt.Sprintf("devices[%d]", i)

@@ -32,10 +32,12 @@ func quietLog() *slog.Logger {
 // prepared over the plugin's v1 DRA gRPC service by a kubelet-side peer:
 // each gets the CDI edits its style needs. Three MPS claims of 4, 8 and
 // 10 GiB share one GPU through one daemon, each with its own pinned
-// memory limit; the MIG claim's instance is created at the placement the
-// scheduler chose. Preparing again gives the same answer; unpreparing
+// memory limit; the time-slicing claim's interval (Long) is set on its
+// GPU; the MIG claim's instance is created at the placement the scheduler
+// chose. Preparing again gives the same answer; unpreparing
 // tears everything down (the instance destroyed, the daemon stopped with
-// its last claim), and unpreparing a claim the driver never saw succeeds.
+// its last claim; the time-sliced GPU back to the Default interval), and
+// unpreparing a claim the driver never saw succeeds.
 func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
 	const node = "gpu-node"
 	c := newCluster(t, node)
@@ -126,6 +128,11 @@ func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
 	if gpus[2].ComputeMode != gpu.ComputeExclusiveProcess {
 		t.Fatalf("GPU 2 (MPS) compute mode %v", gpus[2].ComputeMode)
 	}
+	// The time-slicing claim's interval (Long) is set on GPU 1, in the
+	// DEFAULT compute mode.
+	if l, err := m.TimeSlice(1); err != nil || l != gpu.TimeSliceLong || gpus[1].ComputeMode != gpu.ComputeDefault {
+		t.Fatalf("GPU 1 (time-slicing, interval Long): time slice %v (%v), compute mode %v", l, err, gpus[1].ComputeMode)
+	}
 	migUUID := gpus[3].Instances[0].UUID
 
 	// CDI edits per style.
@@ -203,6 +210,9 @@ func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
 	}
 	if gs, _ := m.GPUs(c.ctx); gs[2].ComputeMode != gpu.ComputeDefault {
 		t.Fatalf("GPU 2 left in compute mode %v", gs[2].ComputeMode)
+	}
+	if l, _ := m.TimeSlice(1); l != gpu.TimeSliceDefault {
+		t.Fatalf("GPU 1 left with time slice %v after its last time-slicing claim", l)
 	}
 	left, _ := filepath.Glob(filepath.Join(cdiDir, "*.yaml"))
 	if len(left) != 0 {

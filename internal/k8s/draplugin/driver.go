@@ -74,6 +74,13 @@ type Config struct {
 	// MIGMinors is the nvidia-caps table for MIG device nodes (nil: left
 	// out of the CDI edits).
 	MIGMinors cdi.MIGMinors
+	// MIGBindingConditions publishes MIG devices with binding conditions
+	// (dradriver.WithMIGBindingConditions), so that StartBinding creates
+	// their instances before the scheduler binds the pod.
+	// BindingWorkers is how many claims StartBinding works on at once
+	// (default 2; the hardware changes are serialized all the same).
+	MIGBindingConditions bool
+	BindingWorkers       int
 	// Sharing decodes opaque parameters (default StrictSharingDecoder).
 	Sharing SharingDecoder
 	Catalog *catalog.Catalog
@@ -163,6 +170,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if err := cfg.Health.Validate(); err != nil {
 		return nil, fmt.Errorf("draplugin: Config.Health: %w", err)
 	}
+	if cfg.BindingWorkers <= 0 {
+		cfg.BindingWorkers = 2
+	}
 	gpus, err := cfg.Device.GPUs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing GPUs: %w", err)
@@ -174,6 +184,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	sl, err := dradriver.Slices(inv, 0, cfg.Device.Info().DriverVersion, cfg.Catalog)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.MIGBindingConditions {
+		sl = dradriver.WithMIGBindingConditions(sl)
 	}
 	table, err := deviceTable(sl)
 	if err != nil {
@@ -269,7 +282,7 @@ func (d *Driver) Start(ctx context.Context) error {
 		return fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
 	d.cfg.Log.Info("gpuslice DRA driver started", "driver", dradriver.DriverName, "node", d.cfg.Node,
-		"devices", len(d.table), "prepared", len(d.claims), "socket", filepath.Join(d.cfg.StateDir, "dra.sock"))
+		"devices", len(d.table), "claims", len(d.claims), "socket", filepath.Join(d.cfg.StateDir, "dra.sock"))
 	return nil
 }
 
@@ -381,9 +394,10 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 // (planClaim) is saved in the checkpoint first, then made true: MIG mode
 // and the instance at the allocated placement (an instance found there is
 // adopted: a driver killed after creating it left it behind), whole GPUs
-// out of MIG mode, compute modes, the MPS daemon of each MPS device
-// (started, or joined when running), the CDI spec; the checkpoint then
-// records the claim as prepared.
+// out of MIG mode, compute modes (DEFAULT unless MPS), the time-slice
+// interval of a time-sliced GPU (timeSliceLevels), the MPS daemon of each
+// MPS device (started, or joined when running), the CDI spec; the
+// checkpoint then records the claim as prepared.
 func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -418,6 +432,12 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 			}
 		} else if gpus, err = d.wholeGPU(ctx, gpus, uid, *dev); err != nil {
 			return nil, fmt.Errorf("claim %s/%s: device %s: %w", rec.Namespace, rec.Name, dev.Device, err)
+		}
+		if timeSliced(*dev) {
+			level := timeSliceLevels(d.claims)[dev.GPUIndex]
+			if err := d.cfg.Device.SetTimeSlice(ctx, dev.GPUIndex, level); err != nil {
+				return nil, fmt.Errorf("claim %s/%s: device %s: setting time-slice interval %s: %w", rec.Namespace, rec.Name, dev.Device, level, err)
+			}
 		}
 		if dev.Mode == alloc.MPS {
 			if dev.PipeDir, _, err = pipeDirs(d.cfg.MPSRoot, dev.ID); err != nil {
@@ -697,6 +717,16 @@ func (d *Driver) Unprepare(ctx context.Context, uid string) error {
 	}
 	delete(d.claims, uid)
 	delete(d.usage, uid)
+	levels := timeSliceLevels(d.claims)
+	for _, dev := range rec.Devices {
+		if !timeSliced(dev) {
+			continue
+		}
+		// The GPU's level for the claims left: Default once none names one.
+		if err := d.cfg.Device.SetTimeSlice(ctx, dev.GPUIndex, levels[dev.GPUIndex]); err != nil && !errors.Is(err, gpu.ErrNotFound) {
+			d.cfg.Log.Warn("resetting the time-slice interval", "gpu", dev.GPUIndex, "claim", rec.Namespace+"/"+rec.Name, "err", err)
+		}
+	}
 	if err := d.reconcileMPS(ctx, nil); err != nil {
 		d.cfg.Log.Warn("MPS daemons after unprepare", "err", err)
 	}

@@ -176,6 +176,13 @@ type claimSpec struct {
 // the stock scheduler allocated it and bound the pod to the node.
 func (c *cluster) claimPod(s claimSpec) *resourceapi.ResourceClaim {
 	c.t.Helper()
+	c.createClaimPod(s)
+	return c.waitBound(s.name)
+}
+
+// createClaimPod creates the claim and a pod of the same name using it.
+func (c *cluster) createClaimPod(s claimSpec) {
+	c.t.Helper()
 	req := resourceapi.ExactDeviceRequest{DeviceClassName: s.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
 	if s.selector != "" {
 		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: s.selector}}}
@@ -204,6 +211,13 @@ func (c *cluster) claimPod(s claimSpec) *resourceapi.ResourceClaim {
 	if _, err := c.cs.CoreV1().Pods("team-a").Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
+}
+
+// waitBound waits until the pod name is bound to the node and returns its
+// claim (of the same name), allocated.
+func (c *cluster) waitBound(name string) *resourceapi.ResourceClaim {
+	c.t.Helper()
+	s := claimSpec{name: name}
 	for {
 		p, err := c.cs.CoreV1().Pods("team-a").Get(c.ctx, s.name, metav1.GetOptions{})
 		if err != nil {

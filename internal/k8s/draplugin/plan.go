@@ -259,11 +259,16 @@ func pipeDirs(root, deviceID string) (host, container string, err error) {
 
 // conflict reports why rec cannot be prepared beside the claims already
 // prepared: a device another claim holds alone (the last line of defense
-// should the scheduler have allocated it twice), or a shared GPU set up
+// should the scheduler have allocated it twice), a shared GPU set up
 // for another mode (time-slicing and MPS cannot share a GPU: MPS needs it
-// in EXCLUSIVE_PROCESS compute mode).
+// in EXCLUSIVE_PROCESS compute mode), or a time-sliced GPU whose interval
+// another claim set otherwise (see timeSliceLevels).
 func conflict(rec claimRecord, others map[string]*claimRecord) error {
 	for _, d := range rec.Devices {
+		if holder, interval := intervalConflict(rec, d, others); holder != "" {
+			return fmt.Errorf("claim %s/%s: GPU %s (%s) is time-sliced with interval %s for claim %s; this claim asks for %s: one GPU has one time-slice length (leave the interval out to take the GPU's)",
+				rec.Namespace, rec.Name, d.Device, d.GPU, interval, holder, d.Interval)
+		}
 		for _, o := range sortedRecords(others) {
 			if o.UID == rec.UID {
 				continue

@@ -46,6 +46,11 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) error {
 		return err
 	}
 	defer d.Stop()
+	if cfg.MIGBindingConditions {
+		if err := d.StartBinding(ctx); err != nil {
+			return err
+		}
+	}
 	if opts.Metrics != nil {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(d.Collector())

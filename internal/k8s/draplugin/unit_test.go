@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 )
@@ -163,7 +164,7 @@ func TestCheckpointCarriesClaimsAcrossDrivers(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = New(ctx, Config{Node: "n1", Device: m, StateDir: filepath.Join(dir, "state")})
-	if err == nil || !strings.Contains(err.Error(), `claims["x"]: state "done": valid are preparing, prepared`) {
+	if err == nil || !strings.Contains(err.Error(), `claims["x"]: state "done": valid are binding, preparing, prepared`) {
 		t.Fatalf("damaged checkpoint: %v", err)
 	}
 }
@@ -175,6 +176,7 @@ func FuzzParseCheckpoint(f *testing.F) {
 	b, _ := json.Marshal(checkpoint{Version: 1, Node: "n1", Claims: rec})
 	f.Add(b)
 	f.Add([]byte(`{"version":1,"node":"n1","claims":{}}`))
+	f.Add([]byte(`{"version":1,"node":"n1","claims":{"b":{"uid":"b","namespace":"ns","name":"c","state":"binding","devices":[{"request":"gpu","pool":"n1","device":"gpu-0-mig-1g-5gb-at-6","type":"mig","gpuIndex":0,"gpu":"GPU-5fd4d9a8-4c6d-4e0d-9a3b-7c1a1f2e3d4c","profile":"1g.5gb","start":6,"memoryMiB":4864,"mode":"exclusive","promisedMiB":4864}]}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		claims, err := parseCheckpoint("cp", data, "n1")
 		if err != nil {
@@ -322,5 +324,93 @@ func BenchmarkPrepareUnprepare(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A time-sliced GPU gets the interval its claims name (NVIDIA's
+// timeSlicingConfig.interval or SliceConfig's interval); a claim naming
+// none takes the GPU's; a claim naming another is refused, naming the
+// claim that set it; the GPU returns to Default when the last claim
+// naming an interval leaves. The compute mode is DEFAULT.
+func TestTimeSliceIntervalOnPrepare(t *testing.T) {
+	d, m, _ := testDriver(t, fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB"}, {Model: "A100-40GB"}}})
+	ctx := context.Background()
+	ts := func(interval string) string {
+		return `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"` + interval + `"}}}`
+	}
+	level := func() gpu.TimeSlice {
+		t.Helper()
+		l, err := m.TimeSlice(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if err := m.SetComputeMode(ctx, 1, gpu.ComputeProhibited); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Prepare(ctx, allocated("long", "gpu-1-shared", "4Gi", ts("Long"))); err != nil {
+		t.Fatal(err)
+	}
+	if l := level(); l != gpu.TimeSliceLong {
+		t.Fatalf("after a Long claim: %v", l)
+	}
+	if gs, _ := m.GPUs(ctx); gs[1].ComputeMode != gpu.ComputeDefault {
+		t.Fatalf("compute mode %v, want DEFAULT", gs[1].ComputeMode)
+	}
+	if _, err := d.Prepare(ctx, allocated("plain", "gpu-1-shared", "4Gi", "")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.Prepare(ctx, allocated("short", "gpu-1-shared", "4Gi", ts("Short")))
+	if err == nil || !strings.Contains(err.Error(), "time-sliced with interval Long for claim ns/c-long; this claim asks for Short") {
+		t.Fatalf("a Short claim beside a Long one: %v", err)
+	}
+	if l := level(); l != gpu.TimeSliceLong {
+		t.Fatalf("a refused claim changed the level to %v", l)
+	}
+	// Another GPU is independent.
+	if _, err := d.Prepare(ctx, allocated("short0", "gpu-0-shared", "4Gi", ts("Short"))); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := m.TimeSlice(0); l != gpu.TimeSliceShort {
+		t.Fatalf("GPU 0: %v", l)
+	}
+	if err := d.Unprepare(ctx, "long"); err != nil {
+		t.Fatal(err)
+	}
+	if l := level(); l != gpu.TimeSliceDefault {
+		t.Fatalf("after the Long claim left: %v, want Default", l)
+	}
+	if _, err := d.Prepare(ctx, allocated("short", "gpu-1-shared", "4Gi", ts("Short"))); err != nil {
+		t.Fatalf("Short once Long left: %v", err)
+	}
+	if l := level(); l != gpu.TimeSliceShort {
+		t.Fatalf("%v, want Short", l)
+	}
+	for _, uid := range []string{"plain", "short"} {
+		if err := d.Unprepare(ctx, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l := level(); l != gpu.TimeSliceDefault {
+		t.Fatalf("after the last claim: %v", l)
+	}
+}
+
+func TestTimeSliceLevelsPlan(t *testing.T) {
+	dev := func(gpuIdx int, mode alloc.Mode, typ, interval string) preparedDevice {
+		return preparedDevice{deviceInfo: deviceInfo{Type: typ, GPUIndex: gpuIdx, GPU: "GPU-" + string(rune('a'+gpuIdx))}, Mode: mode, Interval: interval}
+	}
+	claims := map[string]*claimRecord{
+		"a": {UID: "a", Devices: []preparedDevice{dev(0, alloc.TimeSlice, dradriver.TypeShared, "")}},
+		"b": {UID: "b", Devices: []preparedDevice{dev(0, alloc.TimeSlice, dradriver.TypeShared, "Medium")}},
+		"c": {UID: "c", Devices: []preparedDevice{dev(1, alloc.TimeSlice, dradriver.TypeShared, "")}},
+		"d": {UID: "d", Devices: []preparedDevice{dev(2, alloc.MPS, dradriver.TypeShared, "")}},
+		"e": {UID: "e", Devices: []preparedDevice{dev(3, alloc.Exclusive, dradriver.TypeMIG, "")}},
+	}
+	got := timeSliceLevels(claims)
+	want := map[int]gpu.TimeSlice{0: gpu.TimeSliceMedium, 1: gpu.TimeSliceDefault}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("levels %v, want %v", got, want)
 	}
 }
