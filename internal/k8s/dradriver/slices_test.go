@@ -134,3 +134,135 @@ func TestSlicesKeepTheAPILimits(t *testing.T) {
 		})
 	}
 }
+
+// With tenant isolation every GPU's shared device becomes one copy per
+// tenant: named by the tenant's hash, tainted and attributed with the
+// tenant, consuming exactly the counters the untainted shared device
+// consumed (the whole GPU's), in slices of at most 64 devices after the
+// GPUs' own; the GPUs' slices keep their MIG devices and whole GPU and no
+// untainted shared device is left. 128 tenants on a DGX A100 fit.
+func TestTenantCopies(t *testing.T) {
+	tenants := make([]string, MaxTenants)
+	for i := range tenants {
+		tenants[i] = fmt.Sprintf("team-%03d", MaxTenants-1-i)
+	}
+	for _, model := range []string{"A100-40GB", "L4"} {
+		t.Run(model, func(t *testing.T) {
+			plain, err := Slices(node("h", model, 8), 1, "580.65.06", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sharedUse := map[string][]resourceapi.DeviceCounterConsumption{}
+			for _, s := range plain {
+				for _, d := range s.Spec.Devices {
+					if *d.Attributes["type"].StringValue == TypeShared {
+						sharedUse[*d.Attributes["uuid"].StringValue] = d.ConsumesCounters
+					}
+				}
+			}
+			out, err := SlicesFor(node("h", model, 8), 1, "580.65.06", nil, Options{TenantIsolation: true, Tenants: append(tenants, tenants[0])})
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := map[string]bool{}
+			perGPU := map[string]map[string]bool{}
+			for _, s := range out {
+				if len(s.Spec.Devices) > 64 || s.Spec.Pool.ResourceSliceCount != int64(len(out)) {
+					t.Fatalf("%s: %d devices, pool %+v", s.Name, len(s.Spec.Devices), s.Spec.Pool)
+				}
+				for _, d := range s.Spec.Devices {
+					if names[d.Name] || len(d.Name) > 63 {
+						t.Fatalf("device name %q", d.Name)
+					}
+					names[d.Name] = true
+					if *d.Attributes["type"].StringValue != TypeShared {
+						if len(d.Taints) > 0 {
+							t.Fatalf("%s is tainted", d.Name)
+						}
+						continue
+					}
+					tn, uuid := d.Attributes[AttrTenant].StringValue, *d.Attributes["uuid"].StringValue
+					if tn == nil {
+						t.Fatalf("%s: an untainted shared device beside the tenants' copies", d.Name)
+					}
+					want := resourceapi.DeviceTaint{Key: TenantKey, Value: *tn, Effect: resourceapi.DeviceTaintEffectNoSchedule}
+					if len(d.Taints) != 1 || d.Taints[0] != want || d.Name != SharedDeviceName(int(*d.Attributes["index"].IntValue), *tn) {
+						t.Fatalf("%s: taints %+v, want %+v", d.Name, d.Taints, want)
+					}
+					if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+						t.Fatalf("%s does not allow multiple allocations", d.Name)
+					}
+					if fmt.Sprint(d.ConsumesCounters) != fmt.Sprint(sharedUse[uuid]) {
+						t.Fatalf("%s consumes %v, the shared GPU %v", d.Name, d.ConsumesCounters, sharedUse[uuid])
+					}
+					if perGPU[uuid] == nil {
+						perGPU[uuid] = map[string]bool{}
+					}
+					perGPU[uuid][*tn] = true
+				}
+			}
+			if len(perGPU) != 8 {
+				t.Fatalf("copies on %d GPUs", len(perGPU))
+			}
+			for g, ts := range perGPU {
+				if len(ts) != MaxTenants {
+					t.Fatalf("GPU %s has copies for %d tenants", g, len(ts))
+				}
+			}
+		})
+	}
+	// Isolation without tenants publishes no shared device at all.
+	out, err := SlicesFor(node("h", "L4", 2), 1, "", nil, Options{TenantIsolation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range out {
+		for _, d := range s.Spec.Devices {
+			if *d.Attributes["type"].StringValue == TypeShared {
+				t.Fatalf("shared device %s without tenants", d.Name)
+			}
+		}
+	}
+	if _, err := SlicesFor(node("h", "L4", 1), 1, "", nil, Options{TenantIsolation: true, Tenants: append(tenants, "one-more")}); err == nil || !strings.Contains(err.Error(), "at most 128") {
+		t.Fatalf("129 tenants: %v", err)
+	}
+}
+
+func TestParseTenants(t *testing.T) {
+	got, err := ParseTenants(" b,a,, b ,team.x_1")
+	if err != nil || strings.Join(got, ",") != "a,b,team.x_1" {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	for in, want := range map[string]string{
+		"a,-b":                  `tenant "-b": a valid label must be`,
+		"a,b c":                 `tenant "b c"`,
+		strings.Repeat("x", 64): "must be no more than 63",
+	} {
+		if _, err := ParseTenants(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+	if got, err := ParseTenants(""); err != nil || len(got) != 0 {
+		t.Fatalf("empty: %v %v", got, err)
+	}
+}
+
+func FuzzParseTenants(f *testing.F) {
+	for _, s := range []string{"a,b", "", ",,", "team-a, team-b", "-x", strings.Repeat("a,", 200)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ts, err := ParseTenants(s)
+		if err != nil {
+			return
+		}
+		for _, tn := range ts {
+			if CheckTenant(tn) != nil || strings.Contains(tn, ",") {
+				t.Fatalf("%q accepted from %q", tn, s)
+			}
+		}
+		if _, err := SlicesFor(node("h", "L4", 1), 1, "", nil, Options{TenantIsolation: true, Tenants: ts}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
