@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
@@ -265,4 +267,26 @@ func FuzzParseTenants(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+func TestTenantsOf(t *testing.T) {
+	ns := func(name, label string) *corev1.Namespace {
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if label != "" {
+			n.Labels = map[string]string{TenantKey: label}
+		}
+		return n
+	}
+	kept, dropped := TenantsOf([]*corev1.Namespace{ns("b", ""), ns("b-batch", "b"), ns("x", "team-x")}, []string{"a", "b"})
+	if strings.Join(kept, ",") != "a,b,team-x" || len(dropped) != 0 {
+		t.Fatalf("kept %v dropped %v", kept, dropped)
+	}
+	var many []*corev1.Namespace
+	for i := range MaxTenants + 2 {
+		many = append(many, ns(fmt.Sprintf("ns-%03d", i), ""))
+	}
+	kept, dropped = TenantsOf(many, nil)
+	if len(kept) != MaxTenants || strings.Join(dropped, ",") != "ns-128,ns-129" {
+		t.Fatalf("%d kept, dropped %v", len(kept), dropped)
+	}
 }

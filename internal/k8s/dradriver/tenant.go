@@ -128,3 +128,28 @@ func tenantCopies(shared resourceapi.Device, index int, tenants []string) []reso
 	}
 	return out
 }
+
+// TenantsOf is the tenants a node publishes copies for: static (the
+// driver's --tenants) and the tenant of every namespace (TenantOf), in
+// name order, the first MaxTenants kept and the rest returned as dropped
+// (their claims find no shared GPU: they wait, they never mix). Names that
+// are no valid tenant are dropped too. Pure.
+func TenantsOf(namespaces []*corev1.Namespace, static []string) (kept, dropped []string) {
+	all := slices.Clone(static)
+	for _, ns := range namespaces {
+		all = append(all, TenantOf(ns))
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	for _, t := range all {
+		switch {
+		case CheckTenant(t) != nil:
+			dropped = append(dropped, t)
+		case len(kept) < MaxTenants:
+			kept = append(kept, t)
+		default:
+			dropped = append(dropped, t)
+		}
+	}
+	return kept, dropped
+}

@@ -76,9 +76,14 @@ type Config struct {
 	MIGMinors cdi.MIGMinors
 	// Sharing decodes opaque parameters (default StrictSharingDecoder).
 	Sharing SharingDecoder
-	Catalog *catalog.Catalog
-	Log     *slog.Logger
-	Clock   func() time.Time
+	// Isolation says how the shared GPUs are published
+	// (dradriver.SlicesFor): with TenantIsolation, one tainted copy per
+	// tenant in Tenants; the zero value, one untainted shared device per
+	// GPU.
+	Isolation dradriver.Options
+	Catalog   *catalog.Catalog
+	Log       *slog.Logger
+	Clock     func() time.Time
 	// Observe, when set, is called after each step of a prepare (Step*)
 	// with the claim's uid; a test stops the process there to simulate a
 	// crash.
@@ -97,7 +102,9 @@ type Config struct {
 // devices and prepares and unprepares claims. It implements
 // kubeletplugin.DRAPlugin.
 type Driver struct {
-	cfg    Config
+	cfg Config
+	inv alloc.Node // the node's GPUs, for SetTenants
+	// slices and table (under mu) change with SetTenants.
 	slices []resourceapi.ResourceSlice
 	table  map[string]deviceInfo
 	mps    *mps.Manager // nil: no daemons
@@ -151,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	sl, err := dradriver.Slices(inv, 0, cfg.Device.Info().DriverVersion, cfg.Catalog)
+	sl, err := dradriver.SlicesFor(inv, 0, cfg.Device.Info().DriverVersion, cfg.Catalog, cfg.Isolation)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +170,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{cfg: cfg, slices: sl, table: table, claims: claims, models: map[int]*catalog.GPU{},
+	d := &Driver{cfg: cfg, inv: inv, slices: sl, table: table, claims: claims, models: map[int]*catalog.GPU{},
 		enf: watchdog.NewEnforcer(0), usage: map[string]claimUsage{}}
 	for _, g := range inv.GPUs {
 		if m, err := cfg.Catalog.GPU(g.Model); err == nil {
@@ -188,7 +195,66 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 
 // Slices are the ResourceSlices the driver publishes (names are the
 // helper's).
-func (d *Driver) Slices() []resourceapi.ResourceSlice { return d.slices }
+func (d *Driver) Slices() []resourceapi.ResourceSlice {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.slices
+}
+
+// SetTenants publishes the shared GPUs' copies for tenants (with tenant
+// isolation on; without it nothing changes) and the tenants of the
+// claims prepared on the node, whose devices must stay known. It reports
+// whether the slices changed; when the driver is started they are
+// published again (the helper updates the pool's slices in place).
+func (d *Driver) SetTenants(ctx context.Context, tenants []string) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.cfg.Isolation.TenantIsolation {
+		return false, nil
+	}
+	all := slices.Clone(tenants)
+	for _, r := range d.claims {
+		for _, dv := range r.Devices {
+			if dv.Tenant != "" {
+				all = append(all, dv.Tenant)
+			}
+		}
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	if slices.Equal(all, d.cfg.Isolation.Tenants) {
+		return false, nil
+	}
+	opts := dradriver.Options{TenantIsolation: true, Tenants: all}
+	sl, err := dradriver.SlicesFor(d.inv, 0, d.cfg.Device.Info().DriverVersion, d.cfg.Catalog, opts)
+	if err != nil {
+		return false, err
+	}
+	table, err := deviceTable(sl)
+	if err != nil {
+		return false, err
+	}
+	d.cfg.Isolation, d.slices, d.table = opts, sl, table
+	if d.helper != nil {
+		if err := d.publish(ctx); err != nil {
+			return true, err
+		}
+	}
+	d.cfg.Log.Info("tenants published", "tenants", len(all), "devices", len(table))
+	return true, nil
+}
+
+// publish hands d.slices to the helper (d.mu held).
+func (d *Driver) publish(ctx context.Context) error {
+	pool := resourceslice.Pool{}
+	for _, s := range d.slices {
+		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: s.Spec.Devices, SharedCounters: s.Spec.SharedCounters})
+	}
+	if err := d.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.cfg.Node: pool}}); err != nil {
+		return fmt.Errorf("publishing ResourceSlices: %w", err)
+	}
+	return nil
+}
 
 // Start adopts what the checkpoint says runs (the MPS daemons of prepared
 // claims; stray daemons under MPSRoot are stopped), then registers with
@@ -218,14 +284,12 @@ func (d *Driver) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.helper = h
-	pool := resourceslice.Pool{}
-	for _, s := range d.slices {
-		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: s.Spec.Devices, SharedCounters: s.Spec.SharedCounters})
-	}
-	if err := h.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.cfg.Node: pool}}); err != nil {
+	if err := d.publish(ctx); err != nil {
 		h.Stop()
-		return fmt.Errorf("publishing ResourceSlices: %w", err)
+		return err
 	}
 	d.cfg.Log.Info("gpuslice DRA driver started", "driver", dradriver.DriverName, "node", d.cfg.Node,
 		"devices", len(d.table), "prepared", len(d.claims), "socket", filepath.Join(d.cfg.StateDir, "dra.sock"))

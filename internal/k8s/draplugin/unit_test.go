@@ -324,3 +324,54 @@ func BenchmarkPrepareUnprepare(b *testing.B) {
 		})
 	}
 }
+
+// With tenant isolation the driver publishes (and prepares) the tenants'
+// copies of the shared GPUs: two claims of one tenant share its copy, a
+// claim on another tenant's copy of the same GPU is refused (the counters
+// keep the scheduler from doing this; the driver is the last line of
+// defense), the tenant is in the checkpoint, and a restarted driver
+// reads it back. A checkpoint written before tenants existed still loads.
+func TestPrepareTenantCopies(t *testing.T) {
+	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "L4"}, {Model: "L4"}}}, fake.WithSeed(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := Config{Node: "n1", Device: m, CDIDir: filepath.Join(dir, "cdi"), StateDir: filepath.Join(dir, "state"),
+		MPSRoot: filepath.Join(dir, "mps"), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Isolation: dradriver.Options{TenantIsolation: true, Tenants: []string{"team-a", "team-b"}}}
+	d, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a0, b0 := dradriver.SharedDeviceName(0, "team-a"), dradriver.SharedDeviceName(0, "team-b")
+	if _, ok := d.table["gpu-0-shared"]; ok {
+		t.Fatal("an untainted shared device beside the tenants' copies")
+	}
+	for _, uid := range []string{"a1", "a2"} {
+		if _, err := d.Prepare(ctx, allocated(uid, a0, "4Gi", "")); err != nil {
+			t.Fatalf("%s on %s: %v", uid, a0, err)
+		}
+	}
+	_, err = d.Prepare(ctx, allocated("b1", b0, "4Gi", ""))
+	if err == nil || !strings.Contains(err.Error(), `serves tenant "team-a" through claim ns/c-a1; this claim is tenant "team-b"'s`) {
+		t.Fatalf("another tenant's copy of a held GPU: %v", err)
+	}
+	if _, err := d.Prepare(ctx, allocated("b2", dradriver.SharedDeviceName(1, "team-b"), "4Gi", "")); err != nil {
+		t.Fatal(err)
+	}
+	again, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := again.claims["a2"]; r == nil || r.Devices[0].Tenant != "team-a" || r.Devices[0].Device != a0 {
+		t.Fatalf("checkpoint after restart: %+v", r)
+	}
+	old := `{"version":1,"node":"n1","claims":{"u":{"uid":"u","namespace":"ns","name":"c","state":"prepared","devices":[` +
+		`{"request":"gpu","pool":"n1","device":"gpu-0-shared","type":"shared","gpuIndex":0,"gpu":"GPU-8d7f2a39-4c1e-4b7e-9a51-0c2b6e3f1d20","start":0,"memoryMiB":24576,"id":"GPU-8d7f2a39-4c1e-4b7e-9a51-0c2b6e3f1d20","mode":"timeslice","promisedMiB":4096}]}}}`
+	recs, err := parseCheckpoint("old.json", []byte(old), "n1")
+	if err != nil || recs["u"].Devices[0].Tenant != "" {
+		t.Fatalf("a checkpoint without tenants: %v %+v", err, recs)
+	}
+}
