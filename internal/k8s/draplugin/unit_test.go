@@ -3,6 +3,7 @@ package draplugin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -373,5 +374,77 @@ func TestPrepareTenantCopies(t *testing.T) {
 	recs, err := parseCheckpoint("old.json", []byte(old), "n1")
 	if err != nil || recs["u"].Devices[0].Tenant != "" {
 		t.Fatalf("a checkpoint without tenants: %v %+v", err, recs)
+	}
+}
+
+// Tenants come and go (SetTenants, as the namespace informer calls it)
+// while claims of a tenant are prepared and unprepared on its copies: the
+// copies of a tenant with prepared claims stay published, a prepare never
+// sees a half-built device table, and the final slices hold exactly the
+// last tenants plus those of the claims still prepared.
+func TestSetTenantsWhilePreparing(t *testing.T) {
+	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "L4"}, {Model: "L4"}}}, fake.WithSeed(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	d, err := New(context.Background(), Config{Node: "n1", Device: m, CDIDir: filepath.Join(dir, "cdi"), StateDir: filepath.Join(dir, "state"),
+		MPSRoot: filepath.Join(dir, "mps"), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Isolation: dradriver.Options{TenantIsolation: true, Tenants: []string{"keep"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dev := dradriver.SharedDeviceName(1, "keep")
+	if _, err := d.Prepare(ctx, allocated("held", dev, "2Gi", "")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 8)
+	for w := range 4 {
+		go func() {
+			var err error
+			for i := range 20 {
+				ts := []string{fmt.Sprintf("t-%d-%d", w, i)}
+				if i%3 == 0 {
+					ts = append(ts, "other")
+				}
+				if _, err = d.SetTenants(ctx, ts); err != nil {
+					break
+				}
+			}
+			done <- err
+		}()
+		go func() {
+			var err error
+			for i := range 10 {
+				uid := fmt.Sprintf("c-%d-%d", w, i)
+				if _, err = d.Prepare(ctx, allocated(uid, dev, "1Gi", "")); err != nil {
+					break
+				}
+				if err = d.Unprepare(ctx, uid); err != nil {
+					break
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := d.SetTenants(ctx, []string{"last"}); err != nil {
+		t.Fatal(err)
+	}
+	copies := map[string]bool{}
+	for _, s := range d.Slices() {
+		for _, dv := range s.Spec.Devices {
+			if tn := dv.Attributes[dradriver.AttrTenant].StringValue; tn != nil {
+				copies[*tn] = true
+			}
+		}
+	}
+	if len(copies) != 2 || !copies["keep"] || !copies["last"] {
+		t.Fatalf("tenants with copies %v, want keep (a claim is prepared) and last", copies)
 	}
 }
