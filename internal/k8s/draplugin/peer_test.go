@@ -170,13 +170,15 @@ func (c *cluster) waitSlices(n int) {
 type claimSpec struct {
 	name, class, selector, memory string
 	params                        map[string]any
+	tolerations                   []resourceapi.DeviceToleration
 }
 
 // claimPod creates the claim and a pod using it, and returns the claim once
 // the stock scheduler allocated it and bound the pod to the node.
 func (c *cluster) claimPod(s claimSpec) *resourceapi.ResourceClaim {
 	c.t.Helper()
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: s.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: s.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+		Tolerations: s.tolerations}
 	if s.selector != "" {
 		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: s.selector}}}
 	}
