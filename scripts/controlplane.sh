@@ -6,6 +6,9 @@
 #     etcd                          go.etcd.io/etcd/server/v3 (version pinned by test/controlplane/go.mod)
 #     kube-apiserver                k8s.io/kubernetes/cmd/kube-apiserver v1.36.3
 #     kube-scheduler                k8s.io/kubernetes/cmd/kube-scheduler v1.36.3
+#     kube-controller-manager       k8s.io/kubernetes/cmd/kube-controller-manager v1.36.3
+#                                   (apitest.StartControllerManager: device-taint
+#                                   eviction, ResourceClaim templates, ReplicaSets)
 #     karpenter.sh_nodepools.yaml   CRDs copied from the Go module sigs.k8s.io/karpenter
 #     karpenter.sh_nodeclaims.yaml
 #
@@ -50,6 +53,7 @@ mkdir -p "$dir" || die "cannot create $dir"
 
 complete() {
   [ -x "$dir/etcd" ] && [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kube-scheduler" ] &&
+    [ -x "$dir/kube-controller-manager" ] &&
     [ -s "$dir/karpenter.sh_nodepools.yaml" ] && [ -s "$dir/karpenter.sh_nodeclaims.yaml" ]
 }
 
@@ -117,6 +121,13 @@ fi
 # DRA claims with it, as a cluster would.
 if [ ! -x "$dir/kube-scheduler" ]; then
   buildk8s kube-scheduler
+fi
+
+# The stock controller manager: its device-taint-eviction controller evicts
+# the pods of claims on devices the DRA driver tainted NoExecute, and its
+# resourceclaim and replicaset controllers replace them.
+if [ ! -x "$dir/kube-controller-manager" ]; then
+  buildk8s kube-controller-manager
 fi
 
 if [ ! -s "$dir/karpenter.sh_nodepools.yaml" ] || [ ! -s "$dir/karpenter.sh_nodeclaims.yaml" ]; then

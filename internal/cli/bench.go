@@ -15,7 +15,7 @@ func benchCmd(e *env) *cobra.Command {
 		Use:   "bench",
 		Short: "Reproduce the measurements in BENCHMARKS.md",
 	}
-	cmd.AddCommand(benchPackingCmd(e), benchDRACmd(e), benchPlanCmd(e), benchPlanQualityCmd(e), benchNodesCmd(e), benchSimCmd(e))
+	cmd.AddCommand(benchPackingCmd(e), benchDRACmd(e), benchDRAOrderCmd(e), benchPlanCmd(e), benchPlanQualityCmd(e), benchNodesCmd(e), benchSimCmd(e))
 	return cmd
 }
 
@@ -87,5 +87,78 @@ func benchDRACmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&gpus, "gpus", 1000, "GPUs in the fleet (8 per node)")
 	cmd.Flags().IntVar(&claims, "claims", 0, "decisions per side (0: fill 70% of the fleet once)")
+	return cmd
+}
+
+func benchDRAOrderCmd(e *env) *cobra.Command {
+	var nodes, claims, seeds int
+	var mixName string
+	cmd := &cobra.Command{
+		Use:   "dra-order",
+		Short: "MIG claims placed and GPUs used by the stock DRA allocator with gpuslice's device order against NVML's, and by gpuslice's allocator",
+		Long: `The stock Kubernetes DRA allocator takes the first device that fits in ResourceSlice
+order, so the order in which a driver lists MIG placements decides how it packs. This
+allocates the same seeded MIG claims (ResourceClaims of mig.gpuslice.dev selecting a
+profile) on the same nodes with the stock structured allocator, first fit over nodes and
+devices, with the placements in gpuslice's order (smallest profile first, highest start
+first), in NVML's enumeration order (starts ascending) and largest profile first; and with
+gpuslice's allocator on the same slices. Sums over the seeds.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mixes := drabench.OrderMixes
+			if mixName != "" {
+				var names []string
+				mixes = nil
+				for _, m := range drabench.OrderMixes {
+					names = append(names, m.Name)
+					if m.Name == mixName {
+						mixes = append(mixes, m)
+					}
+				}
+				if len(mixes) == 0 {
+					return fmt.Errorf("unknown mix %q; valid: %s", mixName, strings.Join(names, ", "))
+				}
+			}
+			if seeds < 1 {
+				return fmt.Errorf("--seeds %d: want at least 1", seeds)
+			}
+			t := &table{header: []string{"MIX", "ALLOCATOR", "ORDER", "PLACED", "UNPLACED", "GPUS", "VS GPUSLICE ORDER"}}
+			var all []drabench.OrderResult
+			for _, m := range mixes {
+				sum := map[string]*drabench.OrderSide{}
+				var order []string
+				for seed := 1; seed <= seeds; seed++ {
+					r, err := drabench.CompareOrder(m, nodes, claims, uint64(seed))
+					if err != nil {
+						return err
+					}
+					all = append(all, r)
+					for _, s := range r.Sides {
+						k := s.Allocator + "/" + s.Order
+						if sum[k] == nil {
+							sum[k] = &drabench.OrderSide{Allocator: s.Allocator, Order: s.Order}
+							order = append(order, k)
+						}
+						sum[k].Placed += s.Placed
+						sum[k].Unplaced += s.Unplaced
+						sum[k].GPUs += s.GPUs
+					}
+				}
+				base := sum[order[0]]
+				for _, k := range order {
+					s := sum[k]
+					vs := fmt.Sprintf("%+d placed, %.3f× GPUs", s.Placed-base.Placed, float64(s.GPUs)/float64(max(base.GPUs, 1)))
+					t.add(m.Name, s.Allocator, s.Order, s.Placed, s.Unplaced, s.GPUs, vs)
+				}
+			}
+			t.notes = append(t.notes, fmt.Sprintf("%d nodes × %d GPUs, %d claims per seed, seeds 1..%d; GPUs = GPUs holding at least one claim; compare GPUs only where as many were placed",
+				nodes, drabench.GPUsPerNode, claims, seeds))
+			return e.render(t, all)
+		},
+	}
+	cmd.Flags().IntVar(&nodes, "nodes", 4, "nodes of 8 GPUs")
+	cmd.Flags().IntVar(&claims, "claims", 120, "MIG claims per seed")
+	cmd.Flags().IntVar(&seeds, "seeds", 5, "seeds per mix")
+	cmd.Flags().StringVar(&mixName, "mix", "", "only this mix")
 	return cmd
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,10 +26,9 @@ import (
 // draDriverCmd runs the node side of the DRA driver: the kubelet plugin.
 func draDriverCmd(e *env) *cobra.Command {
 	var (
-		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen string
-		watchInterval, memoryGrace                                                                                time.Duration
-		tenants                                                                                                   string
-		tenantIsolation, watchNamespaces                                                                          bool
+		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen, xidNoSchedule, tenants string
+		watchInterval, memoryGrace                                                                                                        time.Duration
+		tenantIsolation, watchNamespaces                                                                                                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
@@ -48,10 +48,18 @@ a driver restarted mid-prepare adopts the MIG instance and MPS daemon it finds. 
 watchdog of "gpuslice agent" runs over the prepared claims, and /metrics on --metrics-listen
 exports gpuslice_slice_* per claim with namespace, pod and claim labels.
 
+GPU health becomes device taints on the published slices (key ` + dradriver.TaintKey + `, value
+the XID): a fatal XID (48, 79, 94, 95, 119, 120) or a lost GPU taints every device of the GPU
+NoExecute, so Kubernetes evicts the pods using it (the device-taint-eviction controller of
+kube-controller-manager) and schedules nothing there; the XIDs in --xid-noschedule taint
+NoSchedule (running pods stay); others are ignored. An XID NVML attributes to a MIG instance
+taints that instance's placement only. Taints live in the driver's memory: restarting the driver
+(after the GPU was reset) clears them, except on GPUs the device layer still lists unhealthy.
+
 Tenant isolation with the stock kube-scheduler (--tenant-isolation, on by default): each GPU's
 shared device is published once per tenant, tainted gpuslice.dev/tenant=<tenant>:NoSchedule,
 all copies consuming the whole GPU's counters, so one GPU never serves two tenants while claims
-of one tenant share it; "gpuslice dra-webhook" (` + "/mutate-claims" + `) gives each claim its tenant's
+of one tenant share it; "gpuslice dra-webhook" (/mutate-claims) gives each claim its tenant's
 toleration. The tenants are --tenants and, with --watch-namespaces, every namespace's (its
 gpuslice.dev/tenant label, else its name), at most 128 per node. --tenant-isolation=false
 publishes one untainted shared device per GPU.
@@ -63,6 +71,10 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if node == "" {
 				return errors.New("--node: the Kubernetes node name is required (in a pod: the downward API's spec.nodeName)")
+			}
+			noSchedule, err := dradriver.ParseXIDList(xidNoSchedule)
+			if err != nil {
+				return fmt.Errorf("--%w", err)
 			}
 			if watchInterval <= 0 {
 				return fmt.Errorf("--watch-interval %s: want a positive duration, e.g. 10s", watchInterval)
@@ -86,6 +98,7 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 			log.Info(why)
 			cfg := draplugin.Config{Node: node, Device: dev, CDIDir: cdiDir, StateDir: stateDir, RegistrarDir: registrarDir,
 				MPSRoot: mpsRoot, MPSControl: mpsControl, Log: log, MemoryGrace: memoryGrace,
+				Health:    &dradriver.HealthPolicy{NoSchedule: noSchedule},
 				Isolation: dradriver.Options{TenantIsolation: tenantIsolation, Tenants: static}}
 			if m, ok := dev.(*fake.Machine); ok {
 				cfg.Kill = m.StopProcess
@@ -130,6 +143,16 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 	f.BoolVar(&tenantIsolation, "tenant-isolation", true, "publish each shared GPU once per tenant, tainted with the tenant (false: one untainted shared device per GPU)")
 	f.StringVar(&tenants, "tenants", "", "comma-separated tenants to publish shared GPUs for (with --tenant-isolation)")
 	f.BoolVar(&watchNamespaces, "watch-namespaces", true, "also publish shared GPUs for every namespace's tenant (gpuslice.dev/tenant label, else its name)")
+	f.StringVar(&xidNoSchedule, "xid-noschedule", joinXIDs(dradriver.DefaultNoScheduleXIDs),
+		"non-fatal XIDs that taint the GPU's devices NoSchedule (comma-separated, or none); fatal XIDs always taint NoExecute")
 	f.DurationVar(&memoryGrace, "memory-grace", 30*time.Second, "how long a claim under memoryPolicy kill may stay over its memory")
 	return cmd
+}
+
+func joinXIDs(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ",")
 }

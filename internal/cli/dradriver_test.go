@@ -146,4 +146,14 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--node") {
 		t.Fatalf("without a node: %v", err)
 	}
+	for arg, want := range map[string]string{
+		"92,x": `--xid-noschedule: entry 2 "x": want a positive XID number such as 92, or "none"`,
+		"48":   "--xid-noschedule: XID 48 (double-bit ECC error) is fatal and always taints NoExecute",
+	} {
+		cmd = New(&out, &errOut)
+		cmd.SetArgs([]string{"dra-driver", "--node", "gpu-1", "--xid-noschedule", arg})
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--xid-noschedule %s: %v, want %q", arg, err, want)
+		}
+	}
 }

@@ -466,6 +466,9 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice bench dra --gpus 10000                # decisions/s against the upstream DRA allocator": {
 		want: []string{"10000 GPUs", "DECISIONS/S", "upstream"},
 	},
+	"./gpuslice bench dra-order --seeds 1 --claims 40 # the stock DRA allocator on our slices: device orders, shares vs whole GPUs": {
+		want: []string{"whole-gpu-per-claim", "largest-first", "VS GPUSLICE ORDER"},
+	},
 	"./gpuslice bench plan --sizes 1000,10000         # seconds, memory and GPUs of plans of growing size": {
 		want: []string{"REPLICAS", "PEAK HEAP", "growth exponent"},
 	},

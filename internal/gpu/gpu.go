@@ -107,6 +107,10 @@ type EventKind string
 const (
 	EventXID  EventKind = "xid"
 	EventLost EventKind = "lost" // fell off the bus / unreachable
+	// EventRecovered: the GPU is healthy again (the fake's Recover, as
+	// after a GPU reset). NVML never reports it: a real GPU is healthy
+	// again when the process that saw the fatal XID restarts.
+	EventRecovered EventKind = "recovered"
 )
 
 // Event is a health event on a GPU (or one of its instances).
@@ -116,8 +120,8 @@ type Event struct {
 	UUID  string    `json:"uuid"`
 	XID   int       `json:"xid,omitempty"`
 	Time  time.Time `json:"time"`
-	// Fatal events make the GPU unhealthy (XID 79 fell off the bus, 48
-	// double-bit ECC, 94/95 contained/uncontained ECC, 119 GSP timeout).
+	// Fatal events make the GPU unhealthy (FatalXID: XID 79 fell off the
+	// bus, 48 double-bit ECC, 94/95 contained/uncontained ECC, 119/120 GSP).
 	Fatal   bool   `json:"fatal"`
 	Message string `json:"message"`
 }

@@ -20,17 +20,11 @@ var xidMessages = map[int]string{
 	119: "GSP RPC timeout",
 }
 
-// FatalXID reports whether an XID makes a GPU unhealthy: 79 (fell off the
-// bus), 48 (double-bit ECC), 94 and 95 (contained and uncontained ECC
-// errors) and 119 (GSP timeout). Others, such as the application faults
-// 13, 31 and 43, leave it healthy.
-func FatalXID(xid int) bool {
-	switch xid {
-	case 48, 79, 94, 95, 119:
-		return true
-	}
-	return false
-}
+// FatalXID reports whether an XID makes a GPU unhealthy: gpu.FatalXID,
+// the table in package gpu (79 fell off the bus, 48 double-bit ECC, 94 and
+// 95 contained and uncontained ECC errors, 119 and 120 GSP). Others, such
+// as the application faults 13, 31 and 43, leave it healthy.
+func FatalXID(xid int) bool { return gpu.FatalXID(xid) }
 
 // InjectXID raises an XID on a GPU: subscribers get an EventXID and a fatal
 // XID (see FatalXID) makes the GPU unhealthy.
@@ -67,7 +61,7 @@ func (m *Machine) xid(d *device, uuid string, xid int) error {
 	}
 	msg := xidMessages[xid]
 	if msg == "" {
-		msg = "XID error"
+		msg = gpu.XIDName(xid)
 	}
 	m.emit(gpu.Event{Kind: gpu.EventXID, Index: d.index, UUID: uuid, XID: xid,
 		Fatal: fatal, Message: fmt.Sprintf("XID %d: %s", xid, msg)})
@@ -121,6 +115,23 @@ func (m *Machine) Remove(index int) error {
 	}
 	m.emit(gpu.Event{Kind: gpu.EventLost, Index: index, UUID: d.uuid, Fatal: true,
 		Message: fmt.Sprintf("GPU %d (%s) is lost", index, d.uuid)})
+	return nil
+}
+
+// Recover makes a GPU healthy again, as a GPU reset does after a fatal XID:
+// it is listed healthy and subscribers get an EventRecovered. A lost GPU
+// (Remove) stays lost.
+func (m *Machine) Recover(index int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, err := m.device(index)
+	if err != nil {
+		return err
+	}
+	d.healthy = true
+	d.lastXID = 0
+	m.emit(gpu.Event{Kind: gpu.EventRecovered, Index: index, UUID: d.uuid,
+		Message: fmt.Sprintf("GPU %d (%s) recovered", index, d.uuid)})
 	return nil
 }
 

@@ -283,3 +283,24 @@ func TestEventsOnlyAfterSubscribingAndCloseWithContext(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Recover makes a GPU healthy again after a fatal XID and announces it.
+func TestRecoverAfterFatalXID(t *testing.T) {
+	m := mustPreset(t, "l4x4")
+	ch := events(t, m)
+	if err := m.InjectXID(1, 48); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, ch); !ev.Fatal || gpus(t, m)[1].Healthy {
+		t.Fatalf("after XID 48: event %+v, healthy %v", ev, gpus(t, m)[1].Healthy)
+	}
+	if err := m.Recover(1); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, ch); ev.Kind != gpu.EventRecovered || ev.Index != 1 || ev.UUID != gpus(t, m)[1].UUID || !gpus(t, m)[1].Healthy {
+		t.Fatalf("after Recover: event %+v, healthy %v", ev, gpus(t, m)[1].Healthy)
+	}
+	if err := m.Recover(9); err == nil {
+		t.Fatal("Recover of GPU 9 on a 4-GPU machine succeeded")
+	}
+}

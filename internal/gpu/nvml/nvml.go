@@ -29,7 +29,7 @@
 //
 // Health comes from XID events: Events registers an EventSet for critical
 // XIDs and polls it until its context ends; a fatal XID (FatalXID: 48, 79,
-// 94, 95, 119) marks the GPU unhealthy in later GPUs listings. Health is
+// 94, 95, 119, 120) marks the GPU unhealthy in later GPUs listings. Health is
 // only learnt while someone watches Events.
 //
 // Every method is safe for concurrent use; NVML calls that change or read
@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/gpu"
 )
 
 // Backend is the name Info reports.
@@ -93,16 +94,9 @@ const defaultPoll = 250 * time.Millisecond
 // noDriverHint is what a host without the NVIDIA library is told.
 const noDriverHint = "(libnvidia-ml.so.1 could not be loaded): use --simulate"
 
-// FatalXID reports whether an XID makes a GPU unhealthy: 79 (fell off the
-// bus), 48 (double-bit ECC), 94 and 95 (contained and uncontained ECC
-// errors) and 119 (GSP timeout), the same list as gpu/fake's.
-func FatalXID(xid int) bool {
-	switch xid {
-	case 48, 79, 94, 95, 119:
-		return true
-	}
-	return false
-}
+// FatalXID reports whether an XID makes a GPU unhealthy: gpu.FatalXID, the
+// one table (48, 79, 94, 95, 119, 120), which gpu/fake reads too.
+func FatalXID(xid int) bool { return gpu.FatalXID(xid) }
 
 // xidMessages names the XIDs the agent is most likely to see.
 var xidMessages = map[int]string{

@@ -4,7 +4,7 @@
 // admission, and every served version of resource.k8s.io.
 //
 // The binaries are not built by `go test`. scripts/controlplane.sh builds
-// etcd and kube-apiserver v1.36.3 from the Go module proxy (in the separate
+// etcd, kube-apiserver, kube-scheduler and kube-controller-manager v1.36.3 from the Go module proxy (in the separate
 // tools module test/controlplane, so this module never depends on
 // k8s.io/kubernetes) and copies the Karpenter NodePool/NodeClaim CRDs next to
 // them, in ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/v1.36.3/. Set
@@ -31,7 +31,11 @@
 // [StartScheduler] adds the stock kube-scheduler of the same version (built
 // beside them) with the API server's DRA feature gates and leader election
 // off, optionally with a KubeSchedulerConfiguration or profiles of the
-// test's own. No controller manager or kubelet runs: a test creates Nodes
+// test's own. [StartControllerManager] adds kube-controller-manager with
+// only the controllers a test names (default: device-taint eviction,
+// resourceclaim, replicaset, deployment, garbage collector), for tests of
+// what the stock controllers do with a driver's device taints; it skips
+// when an older build lacks the binary. No kubelet runs: a test creates Nodes
 // with [Server.CreateReadyNode] (capacity as a device plugin would
 // advertise), ResourceSlices as a DRA driver would publish, and Pods
 // itself, and reads back the bindings and claim allocations. The

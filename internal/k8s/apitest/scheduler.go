@@ -246,7 +246,7 @@ func schedulerReady(ctx context.Context, url string) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("kube-scheduler /readyz: %s %s", resp.Status, body)
+		return fmt.Errorf("%s: %s %s", url, resp.Status, body)
 	}
 	return nil
 }

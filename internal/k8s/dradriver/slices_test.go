@@ -290,3 +290,28 @@ func TestTenantsOf(t *testing.T) {
 		t.Fatalf("%d kept, dropped %v", len(kept), dropped)
 	}
 }
+
+// A fault on a GPU taints its tenants' copies too, beside their tenant
+// taint (which must stay: without it the copy would be anyone's).
+func TestHealthTaintsKeepTenantTaints(t *testing.T) {
+	out, err := SlicesFor(node("h", "L4", 2), 1, "", nil, Options{TenantIsolation: true, Tenants: []string{"team-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := Health{}.With(Fault{GPU: "GPU-h-0", Value: "79", Effect: resourceapi.DeviceTaintEffectNoExecute})
+	for _, s := range TaintSlices(out, h) {
+		for _, d := range s.Spec.Devices {
+			if d.Attributes[AttrTenant].StringValue == nil {
+				continue
+			}
+			keys := map[string]bool{}
+			for _, tn := range d.Taints {
+				keys[tn.Key] = true
+			}
+			onFaulty := *d.Attributes["uuid"].StringValue == "GPU-h-0"
+			if !keys[TenantKey] || keys[TaintKey] != onFaulty {
+				t.Fatalf("%s: taints %+v", d.Name, d.Taints)
+			}
+		}
+	}
+}

@@ -96,6 +96,12 @@ type Config struct {
 	Owner       watchdog.PIDOwner
 	Kill        func(pid int) error
 	MemoryGrace time.Duration
+
+	// Health decides which health events (XIDs, a lost GPU) taint the
+	// node's devices in the published slices (nil:
+	// dradriver.DefaultHealthPolicy). Start subscribes to
+	// Device.Events; a fatal XID taints NoExecute.
+	Health *dradriver.HealthPolicy
 }
 
 // Driver is gpuslice's DRA kubelet plugin: it publishes the node's
@@ -104,7 +110,8 @@ type Config struct {
 type Driver struct {
 	cfg Config
 	inv alloc.Node // the node's GPUs, for SetTenants
-	// slices and table (under mu) change with SetTenants.
+	// slices and table change with SetTenants, under mu and hmu both
+	// (Prepare reads the table under mu, publish the slices under hmu).
 	slices []resourceapi.ResourceSlice
 	table  map[string]deviceInfo
 	mps    *mps.Manager // nil: no daemons
@@ -118,6 +125,13 @@ type Driver struct {
 	// lastWatch is when Watch last ran.
 	lastWatch time.Time
 	helper    *kubeletplugin.Helper
+
+	// hmu guards health and the slices last published with its taints.
+	hmu       sync.Mutex
+	health    dradriver.Health
+	published []resourceapi.ResourceSlice
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -150,6 +164,13 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Observe == nil {
 		cfg.Observe = func(string, string) {}
 	}
+	if cfg.Health == nil {
+		p := dradriver.DefaultHealthPolicy()
+		cfg.Health = &p
+	}
+	if err := cfg.Health.Validate(); err != nil {
+		return nil, fmt.Errorf("draplugin: Config.Health: %w", err)
+	}
 	gpus, err := cfg.Device.GPUs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing GPUs: %w", err)
@@ -171,7 +192,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, inv: inv, slices: sl, table: table, claims: claims, models: map[int]*catalog.GPU{},
-		enf: watchdog.NewEnforcer(0), usage: map[string]claimUsage{}}
+		enf: watchdog.NewEnforcer(0), usage: map[string]claimUsage{},
+		health: dradriver.InitialHealth(gpus, cfg.Clock())}
+	d.published = dradriver.TaintSlices(sl, d.health)
 	for _, g := range inv.GPUs {
 		if m, err := cfg.Catalog.GPU(g.Model); err == nil {
 			d.models[g.Index] = m
@@ -194,10 +217,10 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 }
 
 // Slices are the ResourceSlices the driver publishes (names are the
-// helper's).
+// helper's), without health taints.
 func (d *Driver) Slices() []resourceapi.ResourceSlice {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.hmu.Lock()
+	defer d.hmu.Unlock()
 	return d.slices
 }
 
@@ -205,7 +228,8 @@ func (d *Driver) Slices() []resourceapi.ResourceSlice {
 // isolation on; without it nothing changes) and the tenants of the
 // claims prepared on the node, whose devices must stay known. It reports
 // whether the slices changed; when the driver is started they are
-// published again (the helper updates the pool's slices in place).
+// published again (the helper updates the pool's slices in place). Lock
+// order: d.mu, then d.hmu (slices and table change under both).
 func (d *Driver) SetTenants(ctx context.Context, tenants []string) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -234,26 +258,24 @@ func (d *Driver) SetTenants(ctx context.Context, tenants []string) (bool, error)
 	if err != nil {
 		return false, err
 	}
+	d.hmu.Lock()
+	defer d.hmu.Unlock()
 	d.cfg.Isolation, d.slices, d.table = opts, sl, table
 	if d.helper != nil {
 		if err := d.publish(ctx); err != nil {
-			return true, err
+			return true, fmt.Errorf("publishing ResourceSlices: %w", err)
 		}
 	}
 	d.cfg.Log.Info("tenants published", "tenants", len(all), "devices", len(table))
 	return true, nil
 }
 
-// publish hands d.slices to the helper (d.mu held).
-func (d *Driver) publish(ctx context.Context) error {
-	pool := resourceslice.Pool{}
-	for _, s := range d.slices {
-		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: s.Spec.Devices, SharedCounters: s.Spec.SharedCounters})
-	}
-	if err := d.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.cfg.Node: pool}}); err != nil {
-		return fmt.Errorf("publishing ResourceSlices: %w", err)
-	}
-	return nil
+// Faults are the GPUs' and MIG placements' faults the published slices
+// carry as device taints.
+func (d *Driver) Faults() []dradriver.Fault {
+	d.hmu.Lock()
+	defer d.hmu.Unlock()
+	return d.health.Faults()
 }
 
 // Start adopts what the checkpoint says runs (the MPS daemons of prepared
@@ -284,22 +306,94 @@ func (d *Driver) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.helper = h
-	if err := d.publish(ctx); err != nil {
-		h.Stop()
-		return err
+	// Subscribe before the first publish, so no event falls between.
+	wctx, cancel := context.WithCancel(ctx)
+	if events, err := d.cfg.Device.Events(wctx); err != nil {
+		cancel()
+		d.cfg.Log.Warn("no health events from the device layer: devices are never tainted", "err", err)
+	} else {
+		d.stopWatch, d.watchDone = cancel, make(chan struct{})
+		go func() {
+			defer close(d.watchDone)
+			d.watchHealth(wctx, events)
+		}()
+	}
+	d.hmu.Lock()
+	err = d.publish(ctx)
+	d.hmu.Unlock()
+	if err != nil {
+		d.Stop()
+		return fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
 	d.cfg.Log.Info("gpuslice DRA driver started", "driver", dradriver.DriverName, "node", d.cfg.Node,
 		"devices", len(d.table), "prepared", len(d.claims), "socket", filepath.Join(d.cfg.StateDir, "dra.sock"))
 	return nil
 }
 
-// Stop stops serving (prepared claims stay as they are).
+// Stop stops serving and watching health events (prepared claims stay as
+// they are).
 func (d *Driver) Stop() {
+	if d.stopWatch != nil {
+		d.stopWatch()
+		<-d.watchDone
+	}
 	if d.helper != nil {
 		d.helper.Stop()
+	}
+}
+
+// publish hands the slices, tainted by the current health, to the
+// helper's ResourceSlice controller, which creates or updates them in the
+// background. d.hmu must be held.
+func (d *Driver) publish(ctx context.Context) error {
+	d.published = dradriver.TaintSlices(d.slices, d.health)
+	pool := resourceslice.Pool{}
+	for _, s := range d.published {
+		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: s.Spec.Devices, SharedCounters: s.Spec.SharedCounters})
+	}
+	return d.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.cfg.Node: pool}})
+}
+
+// watchHealth applies each health event (Config.Health's decision, on the
+// GPUs as listed now) and republishes the slices when the taints change:
+// a fatal XID taints the GPU's devices NoExecute (the stock
+// kube-controller-manager then evicts the pods whose claims use them), a
+// recovered GPU loses its taints.
+func (d *Driver) watchHealth(ctx context.Context, events <-chan gpu.Event) {
+	for ev := range events {
+		gpus, err := d.cfg.Device.GPUs(ctx)
+		if err != nil {
+			gpus = nil // a lost GPU may fail the listing: decide on the table
+		}
+		if len(gpus) == 0 {
+			d.mu.Lock() // SetTenants replaces the table
+			for _, info := range d.table {
+				gpus = append(gpus, gpu.GPU{Index: info.GPUIndex, UUID: info.GPU})
+			}
+			d.mu.Unlock()
+		}
+		d.hmu.Lock()
+		next, changed, err := d.cfg.Health.Apply(d.health, ev, gpus)
+		if err != nil {
+			d.hmu.Unlock()
+			d.cfg.Log.Warn("health event", "err", err)
+			continue
+		}
+		if !changed {
+			d.hmu.Unlock()
+			d.cfg.Log.Info("health event taints nothing", "gpu", ev.Index, "uuid", ev.UUID, "kind", ev.Kind, "xid", ev.XID)
+			continue
+		}
+		d.health = next
+		err = d.publish(ctx)
+		d.hmu.Unlock()
+		if err != nil {
+			d.cfg.Log.Error("republishing ResourceSlices after a health event", "err", err)
+			continue
+		}
+		d.cfg.Log.Warn("GPU health changed: device taints republished", "gpu", ev.Index, "uuid", ev.UUID, "kind", ev.Kind,
+			"xid", ev.XID, "message", ev.Message, "faults", len(d.Faults()))
 	}
 }
 
@@ -309,7 +403,9 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	d.cfg.Log.Error(msg, "err", err, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
 }
 
-// WatchHealthStatus: health goes through device taints (not here yet).
+// WatchHealthStatus: health goes through device taints on the published
+// slices instead (watchHealth), which the scheduler and the stock
+// device-taint-eviction controller act on.
 func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
 	return kubeletplugin.ErrHealthNotSupported
 }

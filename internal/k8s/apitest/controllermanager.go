@@ -1,0 +1,164 @@
+package apitest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Controller names of kube-controller-manager v1.36
+// (cmd/kube-controller-manager/names in k8s.io/kubernetes v1.36.3), for
+// ControllerManagerOptions.Controllers.
+const (
+	// DeviceTaintEvictionController deletes the pods whose allocated
+	// devices carry a NoExecute device taint they do not tolerate.
+	DeviceTaintEvictionController = "device-taint-eviction-controller"
+	// ResourceClaimController creates a pod's ResourceClaims from its
+	// ResourceClaimTemplates and releases (deallocates) claims whose pods
+	// are gone.
+	ResourceClaimController  = "resourceclaim-controller"
+	ReplicaSetController     = "replicaset-controller"
+	DeploymentController     = "deployment-controller"
+	GarbageCollectorCtrl     = "garbage-collector-controller"
+	PodGarbageCollectorCtrl  = "pod-garbage-collector-controller"
+	ServiceAccountController = "serviceaccount-controller"
+)
+
+// DefaultControllers are what StartControllerManager runs when the options
+// name none: device-taint eviction and what replaces an evicted pod of a
+// Deployment or ReplicaSet with claims from a template.
+var DefaultControllers = []string{DeviceTaintEvictionController, ResourceClaimController,
+	ReplicaSetController, DeploymentController, GarbageCollectorCtrl}
+
+// ControllerManagerOptions configure StartControllerManager.
+type ControllerManagerOptions struct {
+	// Controllers are the controllers to run (names as above); empty
+	// means DefaultControllers. Only these run: no node lifecycle, no
+	// service accounts (Server.EnsureNamespace makes those).
+	Controllers []string
+	// FeatureGates is the --feature-gates value; empty means
+	// FeatureGates, the API server's.
+	FeatureGates string
+	// Args are further kube-controller-manager flags, appended last.
+	Args []string
+}
+
+// ControllerManager is a running stock kube-controller-manager bound to
+// one Server.
+type ControllerManager struct {
+	// LogFile holds its stdout and stderr.
+	LogFile string
+
+	proc *process
+	once sync.Once
+}
+
+// StartControllerManager runs kube-controller-manager from s.BinDir
+// against s, as StartScheduler runs the scheduler: a kubeconfig with s's
+// client certificate, leader election off, only the options' controllers,
+// the API server's feature gates, /healthz on a free loopback port. It
+// returns once /healthz answers and stops it when the test ends; on a
+// failed test the end of its log goes to the test log. Without the
+// binary (an older scripts/controlplane.sh build) it skips the test, or
+// fails it when GPUSLICE_REQUIRE_APISERVER=1.
+//
+// No kubelet runs: a pod the controllers delete gracefully (an eviction)
+// keeps its deletionTimestamp until the test deletes it with grace period
+// 0, as a kubelet confirming the containers stopped would.
+func StartControllerManager(t testing.TB, s *Server, opts ControllerManagerOptions) *ControllerManager {
+	t.Helper()
+	bin := filepath.Join(s.BinDir, "kube-controller-manager")
+	if st, err := os.Stat(bin); err != nil || st.IsDir() {
+		msg := "kube-controller-manager not built: run scripts/controlplane.sh (" + s.BinDir + " lacks it)"
+		if os.Getenv(EnvRequire) == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	cm, err := startControllerManager(t.Context(), s, bin, t.TempDir(), opts)
+	if cm != nil {
+		t.Cleanup(func() {
+			cm.Stop()
+			if t.Failed() {
+				t.Logf("kube-controller-manager log (tail):\n%s", cm.Tail(12000))
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("apitest: %v", err)
+	}
+	return cm
+}
+
+// Stop terminates the controller manager and waits for it; later calls do
+// nothing.
+func (cm *ControllerManager) Stop() { cm.once.Do(cm.proc.stop) }
+
+// Tail returns up to the last n bytes of its log.
+func (cm *ControllerManager) Tail(n int64) string { return cm.proc.tail(n) }
+
+func startControllerManager(ctx context.Context, s *Server, bin, tmp string, opts ControllerManagerOptions) (*ControllerManager, error) {
+	kubeconfig := filepath.Join(tmp, "controller-manager.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, s); err != nil {
+		return nil, err
+	}
+	controllers := opts.Controllers
+	if len(controllers) == 0 {
+		controllers = DefaultControllers
+	}
+	for _, c := range controllers {
+		if c == "" || strings.ContainsAny(c, ", ") {
+			return nil, fmt.Errorf("ControllerManagerOptions.Controllers: %q is not a controller name (e.g. %s)", c, DeviceTaintEvictionController)
+		}
+	}
+	gates := opts.FeatureGates
+	if gates == "" {
+		gates = FeatureGates
+	}
+	var last error
+	for attempt := 1; attempt <= 3; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		args := append([]string{
+			"--kubeconfig=" + kubeconfig,
+			"--authentication-kubeconfig=" + kubeconfig,
+			"--authorization-kubeconfig=" + kubeconfig,
+			"--authentication-skip-lookup=true",
+			"--leader-elect=false",
+			"--controllers=" + strings.Join(controllers, ","),
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(ports[0]),
+			"--cert-dir=" + filepath.Join(tmp, "controller-manager-certs"),
+			"--feature-gates=" + gates,
+			"--kube-api-qps=200",
+			"--kube-api-burst=400",
+			"--profiling=false",
+			"--v=2",
+		}, opts.Args...)
+		logFile := filepath.Join(tmp, fmt.Sprintf("kube-controller-manager-%d.log", attempt))
+		proc, err := startProcess("kube-controller-manager", bin, logFile, args...)
+		if err != nil {
+			return nil, err
+		}
+		cm := &ControllerManager{LogFile: logFile, proc: proc}
+		url := "https://127.0.0.1:" + strconv.Itoa(ports[0]) + "/healthz"
+		last = proc.waitUntil(ctx, 90*time.Second, func(ctx context.Context) error { return schedulerReady(ctx, url) })
+		if last == nil {
+			return cm, nil
+		}
+		if attempt < 3 && strings.Contains(proc.tail(4000), "address already in use") {
+			cm.Stop()
+			continue
+		}
+		return cm, fmt.Errorf("kube-controller-manager did not become healthy: %w", last)
+	}
+	return nil, last
+}
