@@ -26,9 +26,9 @@ import (
 // draDriverCmd runs the node side of the DRA driver: the kubelet plugin.
 func draDriverCmd(e *env) *cobra.Command {
 	var (
-		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen, xidNoSchedule string
-		watchInterval, memoryGrace                                                                                               time.Duration
-		migBinding                                                                                                               bool
+		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen, xidNoSchedule, tenants string
+		watchInterval, memoryGrace                                                                                                        time.Duration
+		tenantIsolation, watchNamespaces, migBinding                                                                                      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
@@ -63,6 +63,14 @@ NoSchedule (running pods stay); others are ignored. An XID NVML attributes to a 
 taints that instance's placement only. Taints live in the driver's memory: restarting the driver
 (after the GPU was reset) clears them, except on GPUs the device layer still lists unhealthy.
 
+Tenant isolation with the stock kube-scheduler (--tenant-isolation, on by default): each GPU's
+shared device is published once per tenant, tainted gpuslice.dev/tenant=<tenant>:NoSchedule,
+all copies consuming the whole GPU's counters, so one GPU never serves two tenants while claims
+of one tenant share it; "gpuslice dra-webhook" (/mutate-claims) gives each claim its tenant's
+toleration. The tenants are --tenants and, with --watch-namespaces, every namespace's (its
+gpuslice.dev/tenant label, else its name), at most 128 per node. --tenant-isolation=false
+publishes one untainted shared device per GPU.
+
 Without an NVIDIA driver (or with --simulate) it runs on simulated GPUs whose MIG layout is kept
 in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 		Example: "  gpuslice dra-driver --node $NODE_NAME\n  gpuslice dra-driver --simulate dgx-a100 --node gpu-1 --kubeconfig ~/.kube/config --state-dir /tmp/dra --registrar-dir /tmp/dra/reg --cdi-dir /tmp/dra/cdi",
@@ -78,6 +86,13 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 			if watchInterval <= 0 {
 				return fmt.Errorf("--watch-interval %s: want a positive duration, e.g. 10s", watchInterval)
 			}
+			static, err := dradriver.ParseTenants(tenants)
+			if err != nil {
+				return fmt.Errorf("--tenants: %w", err)
+			}
+			if !tenantIsolation && (static != nil || cmd.Flags().Changed("watch-namespaces") && watchNamespaces) {
+				return errors.New("--tenants and --watch-namespaces need --tenant-isolation")
+			}
 			log := slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			rest, _, err := scalezero.KubeConfig(kubeconfig)
 			if err != nil {
@@ -90,7 +105,8 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 			log.Info(why)
 			cfg := draplugin.Config{Node: node, Device: dev, CDIDir: cdiDir, StateDir: stateDir, RegistrarDir: registrarDir,
 				MPSRoot: mpsRoot, MPSControl: mpsControl, Log: log, MemoryGrace: memoryGrace, MIGBindingConditions: migBinding,
-				Health: &dradriver.HealthPolicy{NoSchedule: noSchedule}}
+				Health:    &dradriver.HealthPolicy{NoSchedule: noSchedule},
+				Isolation: dradriver.Options{TenantIsolation: tenantIsolation, Tenants: static}}
 			if m, ok := dev.(*fake.Machine); ok {
 				cfg.Kill = m.StopProcess
 			} else {
@@ -105,7 +121,7 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 					return fmt.Errorf("--mig-minors: %w", err)
 				}
 			}
-			opts := draplugin.RunOptions{REST: rest, WatchInterval: watchInterval}
+			opts := draplugin.RunOptions{REST: rest, WatchInterval: watchInterval, WatchNamespaces: watchNamespaces}
 			if metricsListen != "" {
 				ln, err := net.Listen("tcp", metricsListen)
 				if err != nil {
@@ -131,6 +147,9 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 	f.StringVar(&migMinors, "mig-minors", "", "the nvidia-caps mig-minors table (default "+cdi.DefaultMIGMinorsPath+" when present)")
 	f.StringVar(&metricsListen, "metrics-listen", ":9464", "address of /metrics (empty: none)")
 	f.DurationVar(&watchInterval, "watch-interval", 10*time.Second, "how often the memory watchdog reads the GPUs' processes")
+	f.BoolVar(&tenantIsolation, "tenant-isolation", true, "publish each shared GPU once per tenant, tainted with the tenant (false: one untainted shared device per GPU)")
+	f.StringVar(&tenants, "tenants", "", "comma-separated tenants to publish shared GPUs for (with --tenant-isolation)")
+	f.BoolVar(&watchNamespaces, "watch-namespaces", true, "also publish shared GPUs for every namespace's tenant (gpuslice.dev/tenant label, else its name)")
 	f.StringVar(&xidNoSchedule, "xid-noschedule", joinXIDs(dradriver.DefaultNoScheduleXIDs),
 		"non-fatal XIDs that taint the GPU's devices NoSchedule (comma-separated, or none); fatal XIDs always taint NoExecute")
 	f.BoolVar(&migBinding, "mig-binding-conditions", true, "publish MIG devices with binding conditions and create their instances before the pod binds (needs Kubernetes 1.36: DRADeviceBindingConditions; false: created at prepare)")

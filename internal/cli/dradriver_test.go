@@ -15,15 +15,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 )
 
 // `gpuslice dra-driver` wires the plugin to a real kube-apiserver: on
-// simulated GPUs (dgx-a100) on a ready Node it publishes the node's nine ResourceSlices
-// through the kubelet-plugin helper, opens the registration socket the
-// kubelet watches (MIG devices with binding conditions, the default), and
-// stops cleanly on cancel.
+// simulated GPUs (dgx-a100) on a ready Node it publishes the node's
+// ResourceSlices through the kubelet-plugin helper — nine, plus the
+// tenants' copies of the shared GPUs: --tenants and every namespace's
+// tenant (by label or name), following a namespace created later —,
+// with MIG devices under binding conditions (the default), opens the
+// registration socket the kubelet watches, and stops cleanly on cancel.
 func TestDRADriverCommand(t *testing.T) {
 	srv := apitest.Start(t)
 	if _, err := srv.CreateReadyNode(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}}); err != nil {
@@ -49,50 +53,107 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	if err := srv.EnsureNamespace(ctx, "ml"); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(srv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml, err := cs.CoreV1().Namespaces().Get(ctx, "ml", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml.Labels[dradriver.TenantKey] = "team-ml"
+	if _, err := cs.CoreV1().Namespaces().Update(ctx, ml, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	var out, errOut bytes.Buffer
 	cmd := New(&out, &errOut)
 	cmd.SetArgs([]string{"dra-driver", "--simulate", "dgx-a100", "--node", "gpu-1", "--kubeconfig", kc,
 		"--state-dir", filepath.Join(dir, "state"), "--registrar-dir", filepath.Join(dir, "reg"), "--cdi-dir", filepath.Join(dir, "cdi"),
-		"--mps-root", filepath.Join(dir, "mps"), "--metrics-listen", "127.0.0.1:0"})
+		"--mps-root", filepath.Join(dir, "mps"), "--metrics-listen", "127.0.0.1:0", "--tenants", "team-a,team-b"})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(runCtx) }()
 
 	gvr := schema.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceslices"}
-	for {
+	// published reports whether every tenant has its copy of GPU 7's
+	// shared device, and no other copies are published.
+	published := func(tenants ...string) (bool, int) {
 		list, err := srv.Client.Resource(gvr).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=gpu-1"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, sockErr := os.Stat(filepath.Join(dir, "reg", "gpu.gpuslice.dev-reg.sock"))
-		if len(list.Items) == 9 && sockErr == nil {
-			// --mig-binding-conditions is on by default: MIG devices
-			// wait for gpuslice.dev/mig-ready.
-			migs := 0
-			for _, it := range list.Items {
-				devs, _, _ := unstructured.NestedSlice(it.Object, "spec", "devices")
-				for _, d := range devs {
-					dm, _ := d.(map[string]any)
-					typ, _, _ := unstructured.NestedString(dm, "attributes", "type", "string")
-					conds, _, _ := unstructured.NestedStringSlice(dm, "bindingConditions")
-					if (typ == "mig") != (len(conds) == 1 && conds[0] == "gpuslice.dev/mig-ready") {
-						t.Fatalf("device %v (type %s): bindingConditions %v", dm["name"], typ, conds)
-					}
-					if typ == "mig" {
-						migs++
-					}
+		names := map[string]bool{}
+		copies := 0
+		for _, s := range list.Items {
+			devs, _, _ := unstructured.NestedSlice(s.Object, "spec", "devices")
+			for _, d := range devs {
+				name, _, _ := unstructured.NestedString(d.(map[string]any), "name")
+				names[name] = true
+				if strings.HasPrefix(name, "gpu-7-shared-t-") {
+					copies++
 				}
 			}
-			if migs == 0 {
-				t.Fatal("no MIG device published")
+		}
+		for _, tn := range tenants {
+			if !names[dradriver.SharedDeviceName(7, tn)] {
+				return false, len(list.Items)
 			}
+		}
+		return copies == len(tenants), len(list.Items)
+	}
+	// The API server's own namespaces are tenants too.
+	tenants := []string{"team-a", "team-b", "team-ml", "default", "kube-system", "kube-public", "kube-node-lease"}
+	for {
+		ok, n := published(tenants...)
+		_, sockErr := os.Stat(filepath.Join(dir, "reg", "gpu.gpuslice.dev-reg.sock"))
+		if ok && n == 10 && sockErr == nil {
 			break
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("dra-driver ended: %v\n%s", err, errOut.String())
 		case <-ctx.Done():
-			t.Fatalf("%d slices published, socket: %v\n%s", len(list.Items), sockErr, errOut.String())
+			t.Fatalf("%d slices published (copies for %v: %v), socket: %v\n%s", n, tenants, ok, sockErr, errOut.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// --mig-binding-conditions is on by default: MIG devices wait for
+	// gpuslice.dev/mig-ready, and no other device does.
+	list, err := srv.Client.Resource(gvr).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=gpu-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	migs := 0
+	for _, it := range list.Items {
+		devs, _, _ := unstructured.NestedSlice(it.Object, "spec", "devices")
+		for _, d := range devs {
+			dm, _ := d.(map[string]any)
+			typ, _, _ := unstructured.NestedString(dm, "attributes", "type", "string")
+			conds, _, _ := unstructured.NestedStringSlice(dm, "bindingConditions")
+			if (typ == "mig") != (len(conds) == 1 && conds[0] == "gpuslice.dev/mig-ready") {
+				t.Fatalf("device %v (type %s): bindingConditions %v", dm["name"], typ, conds)
+			}
+			if typ == "mig" {
+				migs++
+			}
+		}
+	}
+	if migs == 0 {
+		t.Fatal("no MIG device published")
+	}
+	if err := srv.EnsureNamespace(ctx, "late"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if ok, _ := published(append(tenants, "late")...); ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no copies for namespace late\n%s", errOut.String())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

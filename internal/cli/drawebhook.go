@@ -16,13 +16,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/drawebhook"
+	"github.com/gpuslice/gpuslice/internal/k8s/scalezero"
 )
 
 // draWebhookCmd serves the validating admission webhook for claims.
 func draWebhookCmd(e *env) *cobra.Command {
-	var listen, certFile, keyFile, selfSignedDir, schedulerName string
+	var listen, certFile, keyFile, selfSignedDir, schedulerName, kubeconfig string
 	var dnsNames []string
 	cmd := &cobra.Command{
 		Use:   "dra-webhook",
@@ -42,7 +44,14 @@ Service's name, e.g. gpuslice-webhook.gpuslice.svc) and prints its caBundle.
 On ` + drawebhook.PodPath + ` it is also a mutating webhook for pods: a pod that asks for GPUs (resource
 claims, or nvidia.com/gpu) and names no scheduler of its own gets spec.schedulerName
 --scheduler-name. Register it with a namespaceSelector (e.g. gpuslice.dev/scheduler:
-gpuslice-scheduler) so only the namespaces that opt in move to gpuslice-scheduler.`,
+gpuslice-scheduler) so only the namespaces that opt in move to gpuslice-scheduler.
+
+On ` + drawebhook.ClaimPath + ` it is a mutating webhook for ResourceClaims and ResourceClaimTemplates
+(CREATE) that makes tenant isolation hold with the stock kube-scheduler: every request gets the
+toleration of its tenant's copies of the shared GPUs (gpuslice.dev/tenant=<tenant>:NoSchedule,
+published by "gpuslice dra-driver --tenants"), and a claim that tolerates another tenant's taint
+is refused. The tenant is the namespace's gpuslice.dev/tenant label, read from the API server
+with --kubeconfig ("in-cluster" for the pod's ServiceAccount); without it, the namespace's name.`,
 		Example: "  gpuslice dra-webhook --tls-cert /tls/tls.crt --tls-key /tls/tls.key\n  gpuslice dra-webhook --tls-self-signed /tmp/wh --dns-name gpuslice-webhook.gpuslice.svc --listen 127.0.0.1:8443",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -74,7 +83,23 @@ gpuslice-scheduler) so only the namespaces that opt in move to gpuslice-schedule
 			if err != nil {
 				return fmt.Errorf("--listen %s: %w", listen, err)
 			}
-			srv := &http.Server{Handler: drawebhook.Handler(log, schedulerName), ReadHeaderTimeout: 10 * time.Second,
+			var tenant drawebhook.TenantFunc
+			if kubeconfig != "" {
+				path := kubeconfig
+				if path == "in-cluster" {
+					path = ""
+				}
+				rest, _, err := scalezero.KubeConfig(path)
+				if err != nil {
+					return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+				}
+				cs, err := kubernetes.NewForConfig(rest)
+				if err != nil {
+					return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+				}
+				tenant = drawebhook.LabelTenant(cs)
+			}
+			srv := &http.Server{Handler: drawebhook.Handler(log, schedulerName, tenant), ReadHeaderTimeout: 10 * time.Second,
 				TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -96,6 +121,7 @@ gpuslice-scheduler) so only the namespaces that opt in move to gpuslice-schedule
 	cmd.Flags().StringVar(&keyFile, "tls-key", "", "PEM private key of --tls-cert")
 	cmd.Flags().StringVar(&selfSignedDir, "tls-self-signed", "", "write (once) and use a self-signed certificate in this directory")
 	cmd.Flags().StringVar(&schedulerName, "scheduler-name", "gpuslice-scheduler", "schedulerName set on GPU pods by "+drawebhook.PodPath+` ("" serves claims only)`)
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", `read namespaces' gpuslice.dev/tenant label through this kubeconfig ("in-cluster": the pod's ServiceAccount); empty: the tenant is the namespace's name`)
 	cmd.Flags().StringSliceVar(&dnsNames, "dns-name", nil, "DNS names for the self-signed certificate (the Service: NAME.NAMESPACE.svc)")
 	return cmd
 }

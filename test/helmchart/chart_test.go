@@ -183,6 +183,7 @@ var valueSets = map[string]string{
 webhook:
   tls: {mode: certManager, certManager: {issuerRef: {name: cluster-ca, kind: ClusterIssuer}}}`,
 	"secret": `
+tenantIsolation: false
 webhook:
   failurePolicy: Ignore
   tls: {mode: secret, secretName: my-tls, caBundle: CABUNDLE}`,
@@ -197,6 +198,7 @@ driver:
   nodeSelector: {nvidia.com/gpu.present: "true"}
   resources: {limits: {memory: 256Mi}}
   extraArgs: [--mig-minors=/proc/driver/nvidia-caps/mig-minors]
+  tenants: [team-a, team-b]
 scheduler:
   placement: spread
   leaderElect: false

@@ -69,13 +69,15 @@ func newObject(apiVersion, kind string) (metav1.ObjectMetaAccessor, bool) {
 		return &resourcev1.DeviceClass{}, true
 	case "admissionregistration.k8s.io/v1 ValidatingWebhookConfiguration":
 		return &admissionv1.ValidatingWebhookConfiguration{}, true
+	case "admissionregistration.k8s.io/v1 MutatingWebhookConfiguration":
+		return &admissionv1.MutatingWebhookConfiguration{}, true
 	case "cert-manager.io/v1 Certificate":
 		return &certificate{}, true
 	}
 	return nil, false
 }
 
-var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "DeviceClass": true, "ValidatingWebhookConfiguration": true}
+var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "DeviceClass": true, "ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true}
 
 // rendered is one render, decoded: objects by "Kind/name".
 type rendered struct {
@@ -167,6 +169,9 @@ func TestRender(t *testing.T) {
 				count += 5 // the Secret (auto) or Certificate (certManager)
 				if strings.Contains(over, "mode: secret") {
 					count-- // the user's Secret
+				}
+				if isolation(vals) {
+					count += 3 // MutatingWebhookConfiguration, ClusterRole and binding for namespaces
 				}
 				checkWebhook(t, r, vals)
 			}
@@ -276,6 +281,12 @@ func checkDriver(t *testing.T, r rendered, vals map[string]any) {
 			}
 		}
 	}
+	if want := fmt.Sprintf("--tenant-isolation=%v", isolation(vals)); !slices.Contains(args, want) {
+		t.Errorf("driver args %v: want %s", args, want)
+	}
+	if d, ok := vals["driver"].(map[string]any); ok && d["tenants"] != nil && isolation(vals) && !slices.Contains(args, "--tenants=team-a,team-b") {
+		t.Errorf("driver args %v: want --tenants=team-a,team-b", args)
+	}
 	if args[0] != "dra-driver" {
 		t.Fatalf("driver args %v: want dra-driver first", args)
 	}
@@ -363,6 +374,10 @@ func checkWebhook(t *testing.T, r rendered, vals map[string]any) {
 	dep := r.get(t, "Deployment", name).(*appsv1.Deployment)
 	c := dep.Spec.Template.Spec.Containers[0]
 	want := []string{"dra-webhook", "--tls-cert=/tls/tls.crt", "--tls-key=/tls/tls.key", "--listen=:8443"}
+	if isolation(vals) {
+		want = append(want, "--kubeconfig=in-cluster")
+		checkTenantWebhook(t, r, name)
+	}
 	if !slices.Equal(c.Args, want) {
 		t.Errorf("webhook args %v, want %v", c.Args, want)
 	}
@@ -531,5 +546,39 @@ func checkScheduler(t *testing.T, r rendered, vals map[string]any) {
 	}
 	if fmt.Sprint(*dep.Spec.Replicas) != str("replicas", "1") {
 		t.Errorf("scheduler replicas %d", *dep.Spec.Replicas)
+	}
+}
+
+// isolation is the chart's tenantIsolation value (default true).
+func isolation(vals map[string]any) bool {
+	v, set := vals["tenantIsolation"].(bool)
+	return !set || v
+}
+
+// checkTenantWebhook: with tenant isolation the webhook mutates claims and
+// templates at CREATE on /mutate-claims (failing closed) and may read
+// namespaces.
+func checkTenantWebhook(t *testing.T, r rendered, name string) {
+	t.Helper()
+	mwc := r.get(t, "MutatingWebhookConfiguration", name+"-tenants").(*admissionv1.MutatingWebhookConfiguration)
+	if len(mwc.Webhooks) != 1 {
+		t.Fatalf("%d tenant webhooks, want 1", len(mwc.Webhooks))
+	}
+	wh := mwc.Webhooks[0]
+	s := wh.ClientConfig.Service
+	if s == nil || s.Name != name || s.Path == nil || *s.Path != "/mutate-claims" {
+		t.Errorf("tenant webhook service %+v: want %s /mutate-claims", s, name)
+	}
+	rule := wh.Rules[0]
+	if !slices.Equal(rule.Resources, []string{"resourceclaims", "resourceclaimtemplates"}) ||
+		!slices.Equal(rule.Operations, []admissionv1.OperationType{admissionv1.Create}) {
+		t.Errorf("tenant webhook rule %+v", rule)
+	}
+	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionv1.Fail {
+		t.Error("tenant webhook does not fail closed")
+	}
+	cr := r.get(t, "ClusterRole", name).(*rbacv1.ClusterRole)
+	if len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Resources, []string{"namespaces"}) || !slices.Equal(cr.Rules[0].Verbs, []string{"get"}) {
+		t.Errorf("webhook ClusterRole rules %+v: want get namespaces", cr.Rules)
 	}
 }

@@ -147,3 +147,71 @@ func TestToClaimRefusesWhatItCannotDo(t *testing.T) {
 		t.Fatalf("translated %+v", c)
 	}
 }
+
+// gpuslice-scheduler reads nodes whose driver publishes per-tenant copies
+// of the shared GPUs (dra-driver's tenant isolation): the copies are one
+// GPU, a share is recorded on the claim's tenant's copy and reads back; a
+// tenant without copies on the node is an error naming it.
+func TestTenantCopiesOfSharedGPUs(t *testing.T) {
+	n := alloc.Node{Name: "n1", GPUs: []alloc.GPU{{UUID: "GPU-n1-0", Index: 0, Model: "L4", Healthy: true}, {UUID: "GPU-n1-1", Index: 1, Model: "L4", Healthy: true},
+		{UUID: "GPU-n1-2", Index: 2, Model: "L4", Healthy: true}}}
+	sl, err := dradriver.SlicesFor(n, 1, "580.65.06", nil, dradriver.Options{TenantIsolation: true, Tenants: []string{"team-a", "team-b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps []*resourceapi.ResourceSlice
+	for i := range sl {
+		ps = append(ps, &sl[i])
+	}
+	nd, err := NodeFromSlices("n1", nil, ps, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nd.Node.GPUs) != 3 {
+		t.Fatalf("%d GPUs", len(nd.Node.GPUs))
+	}
+	s, failed, err := NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
+	if err != nil || len(failed) > 0 {
+		t.Fatal(err, failed)
+	}
+	snap := &Snapshot{Nodes: []*NodeDevices{nd}}
+	for _, ns := range []string{"team-a", "team-b", "team-a"} {
+		rc := claim(ns, fmt.Sprintf("share-%d", len(snap.Allocs)), dradriver.ClassShared, "", "4Gi")
+		c, err := ToClaim(rc, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := s.Allocate(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Apply(a); err != nil {
+			t.Fatal(err)
+		}
+		res, err := ToResult(a, nd, rc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := res.Devices.Results[0].Device
+		if want := dradriver.SharedDeviceName(nd.Devices[got].Index, ns); got != want {
+			t.Fatalf("%s's share on %s, want its copy %s", ns, got, want)
+		}
+		back, ok, err := FromResult(rc, res, nd, nil)
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		snap.Allocs = append(snap.Allocs, back)
+	}
+	if err := snap.Check(Policy("binpack"), nil); err != nil {
+		t.Fatal(err)
+	}
+	rc := claim("team-c", "share", dradriver.ClassShared, "", "4Gi")
+	c, _ := ToClaim(rc, 0)
+	a, err := s.Allocate(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ToResult(a, nd, rc, nil); err == nil || !strings.Contains(err.Error(), `of tenant "team-c"`) {
+		t.Fatalf("a tenant without copies: %v", err)
+	}
+}

@@ -30,7 +30,8 @@ type NodeDevices struct {
 	Node alloc.Node
 	// Devices by device name (the names in allocation results).
 	Devices map[string]Device
-	// byKey finds a device name: "gpu/<uuid>", "shared/<uuid>",
+	// byKey finds a device name: "gpu/<uuid>", "shared/<uuid>" (or
+	// "shared/<uuid>/<tenant>" for a tenant's copy),
 	// "mig/<uuid>/<profile>@<start>".
 	byKey map[string]string
 }
@@ -104,6 +105,11 @@ func NodeFromSlices(node string, labels map[string]string, slices []*resourceapi
 				return nil, fmt.Errorf("ResourceSlice %s device %s: GPU %s is model %s here and %s on another device", s.Name, d.Name, dev.GPU, model, g.Model)
 			}
 			key := deviceKey(typ, dev.GPU, dev.Profile, dev.Start)
+			if t := str(dradriver.AttrTenant); typ == dradriver.TypeShared && t != "" {
+				// A tenant's copy of the shared GPU (dra-driver
+				// --tenant-isolation): one per tenant.
+				key += "/" + t
+			}
 			if other, dup := nd.byKey[key]; dup && other != d.Name {
 				return nil, fmt.Errorf("ResourceSlice %s: devices %s and %s are the same device (%s)", s.Name, other, d.Name, key)
 			}
@@ -133,7 +139,12 @@ func Policy(placement string) alloc.Policy {
 }
 
 // deviceName is the slice device an assigned device is.
-func (nd *NodeDevices) deviceName(a *alloc.Assigned) (string, error) {
+//
+// A share of a shared GPU is recorded on tenant's copy when the node
+// publishes copies per tenant (the stock scheduler's isolation; this
+// allocator enforces isolation itself, and the kubelet plugin refuses two
+// tenants' copies of one GPU), else on the untainted shared device.
+func (nd *NodeDevices) deviceName(a *alloc.Assigned, tenant string) (string, error) {
 	typ := dradriver.TypeMIG
 	switch {
 	case a.Profile != "":
@@ -142,7 +153,16 @@ func (nd *NodeDevices) deviceName(a *alloc.Assigned) (string, error) {
 	default:
 		typ = dradriver.TypeGPU
 	}
-	name, ok := nd.byKey[deviceKey(typ, a.GPU, a.Profile, a.Start)]
+	key := deviceKey(typ, a.GPU, a.Profile, a.Start)
+	name, ok := nd.byKey[key]
+	if typ == dradriver.TypeShared {
+		if copyName, found := nd.byKey[key+"/"+tenant]; found {
+			name, ok = copyName, true
+		}
+	}
+	if !ok && typ == dradriver.TypeShared {
+		return "", fmt.Errorf("node %s publishes no shared device for GPU %s of tenant %q (start dra-driver with --tenants or --watch-namespaces for it)", nd.Node.Name, a.GPU, tenant)
+	}
 	if !ok {
 		return "", fmt.Errorf("node %s publishes no %s device for GPU %s%s", nd.Node.Name, typ, a.GPU, migSuffix(a))
 	}

@@ -31,7 +31,7 @@ func ToResult(a *alloc.Allocation, nd *NodeDevices, rc *resourceapi.ResourceClai
 		if d.Node != nd.Node.Name {
 			return nil, fmt.Errorf("claim %s: device %s is on node %s, not %s", a.Claim, d.Device, d.Node, nd.Node.Name)
 		}
-		name, err := nd.deviceName(d)
+		name, err := nd.deviceName(d, a.Tenant)
 		if err != nil {
 			return nil, fmt.Errorf("claim %s: %w", a.Claim, err)
 		}

@@ -263,10 +263,15 @@ func TaintSlices(in []resourceapi.ResourceSlice, h Health) []resourceapi.Resourc
 		out[i] = *in[i].DeepCopy()
 		for j := range out[i].Spec.Devices {
 			d := &out[i].Spec.Devices[j]
-			d.Taints = nil
+			// Health taints are replaced; the slices' own (a tenant's
+			// copy of a shared GPU) stay, a fault's taint beside them.
+			d.Taints = slices.DeleteFunc(d.Taints, func(t resourceapi.DeviceTaint) bool { return t.Key == TaintKey })
+			if len(d.Taints) == 0 {
+				d.Taints = nil
+			}
 			if f, ok := h.faultOf(*d); ok {
 				t := metav1.NewTime(f.Time.Truncate(time.Second))
-				d.Taints = []resourceapi.DeviceTaint{{Key: TaintKey, Value: f.Value, Effect: f.Effect, TimeAdded: &t}}
+				d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: TaintKey, Value: f.Value, Effect: f.Effect, TimeAdded: &t})
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package dradriver
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -63,12 +64,30 @@ func dnsPart(s string) string {
 // the highest start first: the stock allocator takes the first device
 // that fits, and this order keeps the low slices free for the big
 // profiles (KEP-4815's advice, and what gpuslice's own allocator does).
+//
+// Slices publishes one untainted shared device per GPU (no tenant
+// isolation with the stock scheduler); SlicesFor with
+// Options.TenantIsolation publishes per-tenant copies instead.
 func Slices(node alloc.Node, gen int64, driverVersion string, cat *catalog.Catalog) ([]resourceapi.ResourceSlice, error) {
+	return SlicesFor(node, gen, driverVersion, cat, Options{})
+}
+
+// SlicesFor is Slices with the shared devices as opts say. With tenant
+// isolation each GPU's slice keeps its MIG devices and the whole GPU, and
+// the tenants' copies of the shared GPUs follow in slices of their own
+// (GPU by GPU, tenants in name order, 64 devices to a slice), all in the
+// node's one pool, so the counter sets they consume are the same.
+func SlicesFor(node alloc.Node, gen int64, driverVersion string, cat *catalog.Catalog, opts Options) ([]resourceapi.ResourceSlice, error) {
 	if cat == nil {
 		cat = catalog.Default()
 	}
+	tenants, err := normTenants(opts.Tenants)
+	if err != nil {
+		return nil, err
+	}
 	var devSlices []resourceapi.ResourceSlice
 	var sets []resourceapi.CounterSet
+	var copies []resourceapi.Device
 	for _, g := range node.GPUs {
 		model, err := cat.GPU(g.Model)
 		if err != nil {
@@ -81,6 +100,11 @@ func Slices(node alloc.Node, gen int64, driverVersion string, cat *catalog.Catal
 			}
 		}
 		devs, set := gpuDevices(g, model, geo, driverVersion)
+		if opts.TenantIsolation {
+			i := slices.IndexFunc(devs, func(d resourceapi.Device) bool { return *d.Attributes["type"].StringValue == TypeShared })
+			copies = append(copies, tenantCopies(devs[i], g.Index, tenants)...)
+			devs = slices.Delete(devs, i, i+1)
+		}
 		if len(devs) > maxDevicesWithCounters {
 			return nil, fmt.Errorf("node %s GPU %d: %d devices, a slice holds at most %d", node.Name, g.Index, len(devs), maxDevicesWithCounters)
 		}
@@ -97,6 +121,9 @@ func Slices(node alloc.Node, gen int64, driverVersion string, cat *catalog.Catal
 		out = append(out, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{SharedCounters: sets[i:min(i+maxCounterSets, len(sets))]}})
 	}
 	out = append(out, devSlices...)
+	for i := 0; i < len(copies); i += maxDevicesWithCounters {
+		out = append(out, resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: copies[i:min(i+maxDevicesWithCounters, len(copies))]}})
+	}
 	for i := range out {
 		s := &out[i]
 		s.ObjectMeta = metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", node.Name, strings.ReplaceAll(DriverName, ".", "-"), i),

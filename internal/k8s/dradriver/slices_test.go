@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
@@ -165,5 +167,184 @@ func TestWithMIGBindingConditions(t *testing.T) {
 	}
 	if migs == 0 {
 		t.Fatal("no MIG device")
+	}
+}
+
+// With tenant isolation every GPU's shared device becomes one copy per
+// tenant: named by the tenant's hash, tainted and attributed with the
+// tenant, consuming exactly the counters the untainted shared device
+// consumed (the whole GPU's), in slices of at most 64 devices after the
+// GPUs' own; the GPUs' slices keep their MIG devices and whole GPU and no
+// untainted shared device is left. 128 tenants on a DGX A100 fit.
+func TestTenantCopies(t *testing.T) {
+	tenants := make([]string, MaxTenants)
+	for i := range tenants {
+		tenants[i] = fmt.Sprintf("team-%03d", MaxTenants-1-i)
+	}
+	for _, model := range []string{"A100-40GB", "L4"} {
+		t.Run(model, func(t *testing.T) {
+			plain, err := Slices(node("h", model, 8), 1, "580.65.06", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sharedUse := map[string][]resourceapi.DeviceCounterConsumption{}
+			for _, s := range plain {
+				for _, d := range s.Spec.Devices {
+					if *d.Attributes["type"].StringValue == TypeShared {
+						sharedUse[*d.Attributes["uuid"].StringValue] = d.ConsumesCounters
+					}
+				}
+			}
+			out, err := SlicesFor(node("h", model, 8), 1, "580.65.06", nil, Options{TenantIsolation: true, Tenants: append(tenants, tenants[0])})
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := map[string]bool{}
+			perGPU := map[string]map[string]bool{}
+			for _, s := range out {
+				if len(s.Spec.Devices) > 64 || s.Spec.Pool.ResourceSliceCount != int64(len(out)) {
+					t.Fatalf("%s: %d devices, pool %+v", s.Name, len(s.Spec.Devices), s.Spec.Pool)
+				}
+				for _, d := range s.Spec.Devices {
+					if names[d.Name] || len(d.Name) > 63 {
+						t.Fatalf("device name %q", d.Name)
+					}
+					names[d.Name] = true
+					if *d.Attributes["type"].StringValue != TypeShared {
+						if len(d.Taints) > 0 {
+							t.Fatalf("%s is tainted", d.Name)
+						}
+						continue
+					}
+					tn, uuid := d.Attributes[AttrTenant].StringValue, *d.Attributes["uuid"].StringValue
+					if tn == nil {
+						t.Fatalf("%s: an untainted shared device beside the tenants' copies", d.Name)
+					}
+					want := resourceapi.DeviceTaint{Key: TenantKey, Value: *tn, Effect: resourceapi.DeviceTaintEffectNoSchedule}
+					if len(d.Taints) != 1 || d.Taints[0] != want || d.Name != SharedDeviceName(int(*d.Attributes["index"].IntValue), *tn) {
+						t.Fatalf("%s: taints %+v, want %+v", d.Name, d.Taints, want)
+					}
+					if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+						t.Fatalf("%s does not allow multiple allocations", d.Name)
+					}
+					if fmt.Sprint(d.ConsumesCounters) != fmt.Sprint(sharedUse[uuid]) {
+						t.Fatalf("%s consumes %v, the shared GPU %v", d.Name, d.ConsumesCounters, sharedUse[uuid])
+					}
+					if perGPU[uuid] == nil {
+						perGPU[uuid] = map[string]bool{}
+					}
+					perGPU[uuid][*tn] = true
+				}
+			}
+			if len(perGPU) != 8 {
+				t.Fatalf("copies on %d GPUs", len(perGPU))
+			}
+			for g, ts := range perGPU {
+				if len(ts) != MaxTenants {
+					t.Fatalf("GPU %s has copies for %d tenants", g, len(ts))
+				}
+			}
+		})
+	}
+	// Isolation without tenants publishes no shared device at all.
+	out, err := SlicesFor(node("h", "L4", 2), 1, "", nil, Options{TenantIsolation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range out {
+		for _, d := range s.Spec.Devices {
+			if *d.Attributes["type"].StringValue == TypeShared {
+				t.Fatalf("shared device %s without tenants", d.Name)
+			}
+		}
+	}
+	if _, err := SlicesFor(node("h", "L4", 1), 1, "", nil, Options{TenantIsolation: true, Tenants: append(tenants, "one-more")}); err == nil || !strings.Contains(err.Error(), "at most 128") {
+		t.Fatalf("129 tenants: %v", err)
+	}
+}
+
+func TestParseTenants(t *testing.T) {
+	got, err := ParseTenants(" b,a,, b ,team.x_1")
+	if err != nil || strings.Join(got, ",") != "a,b,team.x_1" {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	for in, want := range map[string]string{
+		"a,-b":                  `tenant "-b": a valid label must be`,
+		"a,b c":                 `tenant "b c"`,
+		strings.Repeat("x", 64): "must be no more than 63",
+	} {
+		if _, err := ParseTenants(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+	if got, err := ParseTenants(""); err != nil || len(got) != 0 {
+		t.Fatalf("empty: %v %v", got, err)
+	}
+}
+
+func FuzzParseTenants(f *testing.F) {
+	for _, s := range []string{"a,b", "", ",,", "team-a, team-b", "-x", strings.Repeat("a,", 200)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ts, err := ParseTenants(s)
+		if err != nil {
+			return
+		}
+		for _, tn := range ts {
+			if CheckTenant(tn) != nil || strings.Contains(tn, ",") {
+				t.Fatalf("%q accepted from %q", tn, s)
+			}
+		}
+		if _, err := SlicesFor(node("h", "L4", 1), 1, "", nil, Options{TenantIsolation: true, Tenants: ts}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestTenantsOf(t *testing.T) {
+	ns := func(name, label string) *corev1.Namespace {
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if label != "" {
+			n.Labels = map[string]string{TenantKey: label}
+		}
+		return n
+	}
+	kept, dropped := TenantsOf([]*corev1.Namespace{ns("b", ""), ns("b-batch", "b"), ns("x", "team-x")}, []string{"a", "b"})
+	if strings.Join(kept, ",") != "a,b,team-x" || len(dropped) != 0 {
+		t.Fatalf("kept %v dropped %v", kept, dropped)
+	}
+	var many []*corev1.Namespace
+	for i := range MaxTenants + 2 {
+		many = append(many, ns(fmt.Sprintf("ns-%03d", i), ""))
+	}
+	kept, dropped = TenantsOf(many, nil)
+	if len(kept) != MaxTenants || strings.Join(dropped, ",") != "ns-128,ns-129" {
+		t.Fatalf("%d kept, dropped %v", len(kept), dropped)
+	}
+}
+
+// A fault on a GPU taints its tenants' copies too, beside their tenant
+// taint (which must stay: without it the copy would be anyone's).
+func TestHealthTaintsKeepTenantTaints(t *testing.T) {
+	out, err := SlicesFor(node("h", "L4", 2), 1, "", nil, Options{TenantIsolation: true, Tenants: []string{"team-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := Health{}.With(Fault{GPU: "GPU-h-0", Value: "79", Effect: resourceapi.DeviceTaintEffectNoExecute})
+	for _, s := range TaintSlices(out, h) {
+		for _, d := range s.Spec.Devices {
+			if d.Attributes[AttrTenant].StringValue == nil {
+				continue
+			}
+			keys := map[string]bool{}
+			for _, tn := range d.Taints {
+				keys[tn.Key] = true
+			}
+			onFaulty := *d.Attributes["uuid"].StringValue == "GPU-h-0"
+			if !keys[TenantKey] || keys[TaintKey] != onFaulty {
+				t.Fatalf("%s: taints %+v", d.Name, d.Taints)
+			}
+		}
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -221,5 +223,89 @@ func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
 	ghost := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "ghost", Namespace: "team-a", UID: "0b7d0c4e-0000-4000-8000-000000000000"}}
 	if r := kl.unprepare(c.ctx, ghost)[string(ghost.UID)]; r == nil || r.Error != "" {
 		t.Fatalf("unprepare of an unknown claim: %+v", r)
+	}
+}
+
+// With tenant isolation the plugin publishes the tenant's tainted copy of
+// each shared GPU through the helper; two claims carrying the tenant's
+// toleration (as the webhook adds it) are allocated one copy by the stock
+// scheduler and prepared over gRPC with their CDI edits; a claim without
+// the toleration finds no shared GPU and its pod stays unschedulable.
+func TestPreparesTenantCopiesOnARealCluster(t *testing.T) {
+	const node = "gpu-node"
+	c := newCluster(t, node)
+	dir := shortDir(t)
+	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "L4"}, {Model: "L4"}}}, fake.WithSeed(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cdiDir, regDir := filepath.Join(dir, "cdi"), filepath.Join(dir, "reg")
+	d, err := draplugin.New(c.ctx, draplugin.Config{Node: node, Device: m, Kube: c.cs, CDIDir: cdiDir, StateDir: filepath.Join(dir, "state"),
+		RegistrarDir: regDir, MPSRoot: filepath.Join(dir, "mps"), Log: quietLog(),
+		Isolation: dradriver.Options{TenantIsolation: true, Tenants: []string{"team-a", "team-b"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(c.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	kl := registerKubelet(t, c.ctx, regDir)
+	c.waitSlices(len(d.Slices()))
+
+	tol := []resourceapi.DeviceToleration{dradriver.TenantToleration("team-a")}
+	one := c.claimPod(claimSpec{name: "share-1", class: dradriver.ClassShared, memory: "4Gi", tolerations: tol})
+	two := c.claimPod(claimSpec{name: "share-2", class: dradriver.ClassShared, memory: "8Gi", tolerations: tol})
+	want := dradriver.SharedDeviceName(0, "team-a")
+	for _, cl := range []*resourceapi.ResourceClaim{one, two} {
+		if got := allocatedDevice(cl); got != want {
+			t.Fatalf("claim %s allocated %s, want team-a's copy %s", cl.Name, got, want)
+		}
+	}
+	resp, err := kl.prepare(c.ctx, one, two)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range []*resourceapi.ResourceClaim{one, two} {
+		r := resp[string(cl.UID)]
+		if r == nil || r.Error != "" || len(r.Devices) != 1 || r.Devices[0].DeviceName != want {
+			t.Fatalf("prepare %s: %+v", cl.Name, r)
+		}
+		if devs := readSpec(t, cdiDir, string(cl.UID)); len(devs) != 1 {
+			t.Fatalf("claim %s: CDI devices %v", cl.Name, devs)
+		}
+	}
+
+	bare := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "team-a"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dradriver.ClassShared, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}
+	if _, err := c.cs.ResourceV1().ResourceClaims("team-a").Create(c.ctx, bare, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cn := "bare"
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "team-a"}, Spec: corev1.PodSpec{
+		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}},
+		Containers:     []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}}}
+	if _, err := c.cs.CoreV1().Pods("team-a").Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		p, err := c.cs.CoreV1().Pods("team-a").Get(c.ctx, "bare", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName != "" {
+			t.Fatal("a claim without its tenant's toleration was given a shared GPU")
+		}
+		if slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable
+		}) {
+			break
+		}
+		select {
+		case <-c.ctx.Done():
+			t.Fatal("the pod without a toleration was neither bound nor unschedulable")
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

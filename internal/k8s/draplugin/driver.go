@@ -83,9 +83,14 @@ type Config struct {
 	BindingWorkers       int
 	// Sharing decodes opaque parameters (default StrictSharingDecoder).
 	Sharing SharingDecoder
-	Catalog *catalog.Catalog
-	Log     *slog.Logger
-	Clock   func() time.Time
+	// Isolation says how the shared GPUs are published
+	// (dradriver.SlicesFor): with TenantIsolation, one tainted copy per
+	// tenant in Tenants; the zero value, one untainted shared device per
+	// GPU.
+	Isolation dradriver.Options
+	Catalog   *catalog.Catalog
+	Log       *slog.Logger
+	Clock     func() time.Time
 	// Observe, when set, is called after each step of a prepare (Step*)
 	// with the claim's uid; a test stops the process there to simulate a
 	// crash.
@@ -110,7 +115,10 @@ type Config struct {
 // devices and prepares and unprepares claims. It implements
 // kubeletplugin.DRAPlugin.
 type Driver struct {
-	cfg    Config
+	cfg Config
+	inv alloc.Node // the node's GPUs, for SetTenants
+	// slices and table change with SetTenants, under mu and hmu both
+	// (Prepare reads the table under mu, publish the slices under hmu).
 	slices []resourceapi.ResourceSlice
 	table  map[string]deviceInfo
 	mps    *mps.Manager // nil: no daemons
@@ -181,7 +189,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	sl, err := dradriver.Slices(inv, 0, cfg.Device.Info().DriverVersion, cfg.Catalog)
+	sl, err := dradriver.SlicesFor(inv, 0, cfg.Device.Info().DriverVersion, cfg.Catalog, cfg.Isolation)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +204,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{cfg: cfg, slices: sl, table: table, claims: claims, models: map[int]*catalog.GPU{},
+	d := &Driver{cfg: cfg, inv: inv, slices: sl, table: table, claims: claims, models: map[int]*catalog.GPU{},
 		enf: watchdog.NewEnforcer(0), usage: map[string]claimUsage{},
 		health: dradriver.InitialHealth(gpus, cfg.Clock())}
 	d.published = dradriver.TaintSlices(sl, d.health)
@@ -223,7 +231,60 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 
 // Slices are the ResourceSlices the driver publishes (names are the
 // helper's), without health taints.
-func (d *Driver) Slices() []resourceapi.ResourceSlice { return d.slices }
+func (d *Driver) Slices() []resourceapi.ResourceSlice {
+	d.hmu.Lock()
+	defer d.hmu.Unlock()
+	return d.slices
+}
+
+// SetTenants publishes the shared GPUs' copies for tenants (with tenant
+// isolation on; without it nothing changes) and the tenants of the
+// claims prepared on the node, whose devices must stay known. It reports
+// whether the slices changed; when the driver is started they are
+// published again (the helper updates the pool's slices in place). Lock
+// order: d.mu, then d.hmu (slices and table change under both).
+func (d *Driver) SetTenants(ctx context.Context, tenants []string) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.cfg.Isolation.TenantIsolation {
+		return false, nil
+	}
+	all := slices.Clone(tenants)
+	for _, r := range d.claims {
+		for _, dv := range r.Devices {
+			if dv.Tenant != "" {
+				all = append(all, dv.Tenant)
+			}
+		}
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	if slices.Equal(all, d.cfg.Isolation.Tenants) {
+		return false, nil
+	}
+	opts := dradriver.Options{TenantIsolation: true, Tenants: all}
+	sl, err := dradriver.SlicesFor(d.inv, 0, d.cfg.Device.Info().DriverVersion, d.cfg.Catalog, opts)
+	if err != nil {
+		return false, err
+	}
+	if d.cfg.MIGBindingConditions {
+		sl = dradriver.WithMIGBindingConditions(sl)
+	}
+	table, err := deviceTable(sl)
+	if err != nil {
+		return false, err
+	}
+	d.hmu.Lock()
+	defer d.hmu.Unlock()
+	d.cfg.Isolation, d.slices, d.table = opts, sl, table
+	if d.helper != nil {
+		if err := d.publish(ctx); err != nil {
+			return true, fmt.Errorf("publishing ResourceSlices: %w", err)
+		}
+	}
+	d.cfg.Log.Info("tenants published", "tenants", len(all), "devices", len(table))
+	return true, nil
+}
 
 // Faults are the GPUs' and MIG placements' faults the published slices
 // carry as device taints.
@@ -322,9 +383,11 @@ func (d *Driver) watchHealth(ctx context.Context, events <-chan gpu.Event) {
 			gpus = nil // a lost GPU may fail the listing: decide on the table
 		}
 		if len(gpus) == 0 {
+			d.mu.Lock() // SetTenants replaces the table
 			for _, info := range d.table {
 				gpus = append(gpus, gpu.GPU{Index: info.GPUIndex, UUID: info.GPU})
 			}
+			d.mu.Unlock()
 		}
 		d.hmu.Lock()
 		next, changed, err := d.cfg.Health.Apply(d.health, ev, gpus)

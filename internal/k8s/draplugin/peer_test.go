@@ -170,6 +170,7 @@ func (c *cluster) waitSlices(n int) {
 type claimSpec struct {
 	name, class, selector, memory string
 	params                        map[string]any
+	tolerations                   []resourceapi.DeviceToleration
 }
 
 // claimPod creates the claim and a pod using it, and returns the claim once
@@ -183,7 +184,8 @@ func (c *cluster) claimPod(s claimSpec) *resourceapi.ResourceClaim {
 // createClaimPod creates the claim and a pod of the same name using it.
 func (c *cluster) createClaimPod(s claimSpec) {
 	c.t.Helper()
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: s.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: s.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+		Tolerations: s.tolerations}
 	if s.selector != "" {
 		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: s.selector}}}
 	}

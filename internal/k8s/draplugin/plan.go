@@ -22,6 +22,10 @@ type deviceInfo struct {
 	Profile   string `json:"profile,omitempty"` // MIG only
 	Start     int    `json:"start"`             // MIG only
 	MemoryMiB int64  `json:"memoryMiB"`
+	// Tenant is the tenant a shared GPU's copy is for (dradriver's
+	// tenant attribute; "" without tenant isolation). Optional, so
+	// checkpoints written before it existed read the same.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // deviceTable maps the device names of a node's slices (dradriver.Slices)
@@ -50,7 +54,7 @@ func deviceTable(slices []resourceapi.ResourceSlice) (map[string]deviceInfo, err
 			}
 			switch info.Type {
 			case dradriver.TypeGPU, dradriver.TypeShared:
-				info.GPU = str("uuid")
+				info.GPU, info.Tenant = str("uuid"), str(dradriver.AttrTenant)
 			case dradriver.TypeMIG:
 				info.GPU, info.Profile, info.Start = str("parentUUID"), str("profile"), num("start")
 				if info.Profile == "" || info.Start < 0 {
@@ -279,6 +283,10 @@ func conflict(rec claimRecord, others map[string]*claimRecord) error {
 				}
 				if d.Type != dradriver.TypeShared || od.Type != dradriver.TypeShared {
 					return fmt.Errorf("claim %s/%s: device %s is held by claim %s/%s (%s)", rec.Namespace, rec.Name, d.Device, o.Namespace, o.Name, od.Device)
+				}
+				if d.Tenant != od.Tenant {
+					return fmt.Errorf("claim %s/%s: shared GPU %s (%s) serves tenant %q through claim %s/%s; this claim is tenant %q's: tenants never share a GPU",
+						rec.Namespace, rec.Name, d.Device, d.GPU, od.Tenant, o.Namespace, o.Name, d.Tenant)
 				}
 				if d.Mode != od.Mode {
 					return fmt.Errorf("claim %s/%s: shared GPU %s (%s) is set up for %s by claim %s/%s; this claim asks for %s: time-slicing and MPS cannot share a GPU",

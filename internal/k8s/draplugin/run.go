@@ -3,14 +3,20 @@ package draplugin
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 )
 
 // RunOptions are what Run adds around a Driver.
@@ -22,6 +28,12 @@ type RunOptions struct {
 	Metrics net.Listener
 	// WatchInterval is how often the memory watchdog runs (default 10s).
 	WatchInterval time.Duration
+	// WatchNamespaces, with Config.Isolation.TenantIsolation, publishes
+	// copies of the shared GPUs for the tenant of every namespace
+	// (dradriver.TenantsOf: its gpuslice.dev/tenant label, else its
+	// name) beside Config.Isolation.Tenants, following namespaces as they
+	// come, go and are relabelled.
+	WatchNamespaces bool
 }
 
 // Run starts the driver (New, Start), serves metrics and runs the
@@ -51,6 +63,11 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) error {
 			return err
 		}
 	}
+	if opts.WatchNamespaces && cfg.Isolation.TenantIsolation {
+		if err := watchTenants(ctx, d, cfg.Kube, cfg.Isolation.Tenants, d.cfg.Log); err != nil {
+			return err
+		}
+	}
 	if opts.Metrics != nil {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(d.Collector())
@@ -74,4 +91,57 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) error {
 		case <-t.C:
 		}
 	}
+}
+
+// watchTenants follows the cluster's namespaces and sets the driver's
+// tenants to static plus theirs after every change (changes coalesce: one
+// recomputation covers all that came before it). It returns once the
+// namespaces are listed and the first set is published.
+func watchTenants(ctx context.Context, d *Driver, kube kubernetes.Interface, static []string, log *slog.Logger) error {
+	factory := informers.NewSharedInformerFactory(kube, 0)
+	inf := factory.Core().V1().Namespaces()
+	changed := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke,
+		UpdateFunc: func(_, n any) { poke(n) }, DeleteFunc: poke}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		return errors.New("draplugin: namespaces never listed")
+	}
+	apply := func() error {
+		nss, err := inf.Lister().List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		kept, dropped := dradriver.TenantsOf(nss, static)
+		if len(dropped) > 0 {
+			log.Warn("tenants without copies of the shared GPUs: their shared claims wait", "dropped", dropped, "max", dradriver.MaxTenants)
+		}
+		_, err = d.SetTenants(ctx, kept)
+		return err
+	}
+	if err := apply(); err != nil {
+		return err
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				factory.Shutdown()
+				return
+			case <-changed:
+				if err := apply(); err != nil {
+					log.Error("publishing tenants", "err", err)
+				}
+			}
+		}
+	}()
+	return nil
 }

@@ -3,6 +3,7 @@ package draplugin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -412,5 +413,128 @@ func TestTimeSliceLevelsPlan(t *testing.T) {
 	want := map[int]gpu.TimeSlice{0: gpu.TimeSliceMedium, 1: gpu.TimeSliceDefault}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("levels %v, want %v", got, want)
+	}
+}
+
+// With tenant isolation the driver publishes (and prepares) the tenants'
+// copies of the shared GPUs: two claims of one tenant share its copy, a
+// claim on another tenant's copy of the same GPU is refused (the counters
+// keep the scheduler from doing this; the driver is the last line of
+// defense), the tenant is in the checkpoint, and a restarted driver
+// reads it back. A checkpoint written before tenants existed still loads.
+func TestPrepareTenantCopies(t *testing.T) {
+	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "L4"}, {Model: "L4"}}}, fake.WithSeed(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := Config{Node: "n1", Device: m, CDIDir: filepath.Join(dir, "cdi"), StateDir: filepath.Join(dir, "state"),
+		MPSRoot: filepath.Join(dir, "mps"), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Isolation: dradriver.Options{TenantIsolation: true, Tenants: []string{"team-a", "team-b"}}}
+	d, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a0, b0 := dradriver.SharedDeviceName(0, "team-a"), dradriver.SharedDeviceName(0, "team-b")
+	if _, ok := d.table["gpu-0-shared"]; ok {
+		t.Fatal("an untainted shared device beside the tenants' copies")
+	}
+	for _, uid := range []string{"a1", "a2"} {
+		if _, err := d.Prepare(ctx, allocated(uid, a0, "4Gi", "")); err != nil {
+			t.Fatalf("%s on %s: %v", uid, a0, err)
+		}
+	}
+	_, err = d.Prepare(ctx, allocated("b1", b0, "4Gi", ""))
+	if err == nil || !strings.Contains(err.Error(), `serves tenant "team-a" through claim ns/c-a1; this claim is tenant "team-b"'s`) {
+		t.Fatalf("another tenant's copy of a held GPU: %v", err)
+	}
+	if _, err := d.Prepare(ctx, allocated("b2", dradriver.SharedDeviceName(1, "team-b"), "4Gi", "")); err != nil {
+		t.Fatal(err)
+	}
+	again, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := again.claims["a2"]; r == nil || r.Devices[0].Tenant != "team-a" || r.Devices[0].Device != a0 {
+		t.Fatalf("checkpoint after restart: %+v", r)
+	}
+	old := `{"version":1,"node":"n1","claims":{"u":{"uid":"u","namespace":"ns","name":"c","state":"prepared","devices":[` +
+		`{"request":"gpu","pool":"n1","device":"gpu-0-shared","type":"shared","gpuIndex":0,"gpu":"GPU-8d7f2a39-4c1e-4b7e-9a51-0c2b6e3f1d20","start":0,"memoryMiB":24576,"id":"GPU-8d7f2a39-4c1e-4b7e-9a51-0c2b6e3f1d20","mode":"timeslice","promisedMiB":4096}]}}}`
+	recs, err := parseCheckpoint("old.json", []byte(old), "n1")
+	if err != nil || recs["u"].Devices[0].Tenant != "" {
+		t.Fatalf("a checkpoint without tenants: %v %+v", err, recs)
+	}
+}
+
+// Tenants come and go (SetTenants, as the namespace informer calls it)
+// while claims of a tenant are prepared and unprepared on its copies: the
+// copies of a tenant with prepared claims stay published, a prepare never
+// sees a half-built device table, and the final slices hold exactly the
+// last tenants plus those of the claims still prepared.
+func TestSetTenantsWhilePreparing(t *testing.T) {
+	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "L4"}, {Model: "L4"}}}, fake.WithSeed(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	d, err := New(context.Background(), Config{Node: "n1", Device: m, CDIDir: filepath.Join(dir, "cdi"), StateDir: filepath.Join(dir, "state"),
+		MPSRoot: filepath.Join(dir, "mps"), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Isolation: dradriver.Options{TenantIsolation: true, Tenants: []string{"keep"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dev := dradriver.SharedDeviceName(1, "keep")
+	if _, err := d.Prepare(ctx, allocated("held", dev, "2Gi", "")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 8)
+	for w := range 4 {
+		go func() {
+			var err error
+			for i := range 20 {
+				ts := []string{fmt.Sprintf("t-%d-%d", w, i)}
+				if i%3 == 0 {
+					ts = append(ts, "other")
+				}
+				if _, err = d.SetTenants(ctx, ts); err != nil {
+					break
+				}
+			}
+			done <- err
+		}()
+		go func() {
+			var err error
+			for i := range 10 {
+				uid := fmt.Sprintf("c-%d-%d", w, i)
+				if _, err = d.Prepare(ctx, allocated(uid, dev, "1Gi", "")); err != nil {
+					break
+				}
+				if err = d.Unprepare(ctx, uid); err != nil {
+					break
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := d.SetTenants(ctx, []string{"last"}); err != nil {
+		t.Fatal(err)
+	}
+	copies := map[string]bool{}
+	for _, s := range d.Slices() {
+		for _, dv := range s.Spec.Devices {
+			if tn := dv.Attributes[dradriver.AttrTenant].StringValue; tn != nil {
+				copies[*tn] = true
+			}
+		}
+	}
+	if len(copies) != 2 || !copies["keep"] || !copies["last"] {
+		t.Fatalf("tenants with copies %v, want keep (a claim is prepared) and last", copies)
 	}
 }

@@ -85,11 +85,29 @@ func Review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 }
 
 // Handler serves AdmissionReviews (admission.k8s.io/v1): claims on Path
-// (validating), and pods on PodPath (mutating: schedulerName set to
-// schedulerName; "" leaves PodPath unserved).
-func Handler(log *slog.Logger, schedulerName string) http.Handler {
+// (validating), claims on ClaimPath (mutating: the tenant's toleration,
+// the tenant named by tenant; nil: NamespaceTenant), and pods on PodPath
+// (mutating: schedulerName set to schedulerName; "" leaves PodPath
+// unserved).
+func Handler(log *slog.Logger, schedulerName string, tenant TenantFunc) http.Handler {
+	if tenant == nil {
+		tenant = NamespaceTenant
+	}
 	mux := http.NewServeMux()
 	mux.Handle("POST "+Path, serve(log, Review))
+	mux.HandleFunc("POST "+ClaimPath, func(w http.ResponseWriter, r *http.Request) {
+		serve(log, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+			if req.Operation != admissionv1.Create || req.Resource.Group != resourceapi.GroupName || req.SubResource != "" {
+				return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+			}
+			tn, err := tenant(r.Context(), req.Namespace)
+			if err != nil {
+				return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Status: metav1.StatusFailure,
+					Code: http.StatusServiceUnavailable, Message: dradriver.DriverName + ": " + err.Error()}}
+			}
+			return IsolateClaim(req, tn)
+		})(w, r)
+	})
 	if schedulerName != "" {
 		mux.Handle("POST "+PodPath, serve(log, func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 			return SchedulePod(req, schedulerName)

@@ -1,0 +1,155 @@
+package dradriver
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// TenantKey is the label a namespace carries to name its tenant (without
+// it the tenant is the namespace's name), and the key of the device
+// taint on each tenant's copy of a shared GPU.
+const TenantKey = "gpuslice.dev/tenant"
+
+// AttrTenant is the device attribute naming the tenant a shared copy is
+// for (selectors may read it; the taint is what enforces it).
+const AttrTenant = "tenant"
+
+// MaxTenants bounds the tenants one node publishes copies for: each is one
+// device per GPU (a DGX with 8 GPUs and 128 tenants publishes 1,024 shared
+// copies in 16 slices), and the stock allocator walks them all for every
+// shared claim.
+const MaxTenants = 128
+
+// Options say how Slices publishes the shared whole GPUs.
+type Options struct {
+	// TenantIsolation publishes, instead of one untainted shared device
+	// per GPU, one copy per tenant in Tenants, tainted
+	// gpuslice.dev/tenant=<tenant>:NoSchedule. All copies of a GPU consume
+	// the GPU's whole counter set, which the stock allocator takes once
+	// per device however many claims share it: once one tenant's copy
+	// holds the GPU, no other tenant's copy (nor the whole GPU, nor a MIG
+	// instance) can be allocated, while claims of the same tenant still
+	// share its copy by consumable capacity. With no tenants, no shared
+	// device is published at all (claims wait rather than mix).
+	TenantIsolation bool
+	// Tenants are the tenants copies are published for (deduplicated and
+	// sorted; at most MaxTenants).
+	Tenants []string
+}
+
+// TenantOf is the tenant of a namespace: its gpuslice.dev/tenant label,
+// else its name.
+func TenantOf(ns *corev1.Namespace) string {
+	if t := ns.Labels[TenantKey]; t != "" {
+		return t
+	}
+	return ns.Name
+}
+
+// CheckTenant says whether name can be a tenant: it becomes a taint's
+// value and an attribute, so it must be a label value (at most 63
+// characters of letters, digits, '-', '_', '.', beginning and ending with
+// a letter or digit) and not empty.
+func CheckTenant(name string) error {
+	if name == "" {
+		return fmt.Errorf("tenant %q: empty; want a label value such as team-a", name)
+	}
+	if errs := validation.IsValidLabelValue(name); len(errs) > 0 {
+		return fmt.Errorf("tenant %q: %s", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// ParseTenants reads a comma-separated tenant list (the driver's
+// --tenants): blanks are dropped, duplicates merged, each checked with
+// CheckTenant; the result is sorted.
+func ParseTenants(s string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if err := CheckTenant(p); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return normTenants(out)
+}
+
+func normTenants(ts []string) ([]string, error) {
+	out := slices.Clone(ts)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) > MaxTenants {
+		return nil, fmt.Errorf("tenants: %d given, at most %d per node (each is one shared device per GPU)", len(out), MaxTenants)
+	}
+	for _, t := range out {
+		if err := CheckTenant(t); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// SharedDeviceName is the name of tenant's copy of GPU index's shared
+// device: gpu-<index>-shared-t-<first 10 hex digits of the tenant's
+// SHA-256> (a tenant name may be 63 characters, a device name too).
+func SharedDeviceName(index int, tenant string) string {
+	h := sha256.Sum256([]byte(tenant))
+	return fmt.Sprintf("gpu-%d-shared-t-%s", index, hex.EncodeToString(h[:5]))
+}
+
+// TenantToleration is the toleration a claim of tenant needs for its
+// copies of the shared GPUs.
+func TenantToleration(tenant string) resourceapi.DeviceToleration {
+	return resourceapi.DeviceToleration{Key: TenantKey, Operator: resourceapi.DeviceTolerationOpEqual, Value: tenant,
+		Effect: resourceapi.DeviceTaintEffectNoSchedule}
+}
+
+// tenantCopies turns a GPU's untainted shared device into one tainted
+// copy per tenant, with the same capacity and counters.
+func tenantCopies(shared resourceapi.Device, index int, tenants []string) []resourceapi.Device {
+	out := make([]resourceapi.Device, 0, len(tenants))
+	for _, t := range tenants {
+		d := *shared.DeepCopy()
+		d.Name = SharedDeviceName(index, t)
+		d.Attributes[AttrTenant] = strAttr(t)
+		d.Taints = []resourceapi.DeviceTaint{{Key: TenantKey, Value: t, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+		out = append(out, d)
+	}
+	return out
+}
+
+// TenantsOf is the tenants a node publishes copies for: static (the
+// driver's --tenants) and the tenant of every namespace (TenantOf), in
+// name order, the first MaxTenants kept and the rest returned as dropped
+// (their claims find no shared GPU: they wait, they never mix). Names that
+// are no valid tenant are dropped too. Pure.
+func TenantsOf(namespaces []*corev1.Namespace, static []string) (kept, dropped []string) {
+	all := slices.Clone(static)
+	for _, ns := range namespaces {
+		all = append(all, TenantOf(ns))
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	for _, t := range all {
+		switch {
+		case CheckTenant(t) != nil:
+			dropped = append(dropped, t)
+		case len(kept) < MaxTenants:
+			kept = append(kept, t)
+		default:
+			dropped = append(dropped, t)
+		}
+	}
+	return kept, dropped
+}
