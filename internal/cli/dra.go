@@ -6,9 +6,11 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuslice/gpuslice/internal/agent"
+	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 )
 
@@ -18,7 +20,8 @@ func draCmd(e *env) *cobra.Command {
 		Use:   "dra",
 		Short: "gpuslice as a Kubernetes DRA driver (" + dradriver.DriverName + ")",
 	}
-	var simulate, node string
+	var simulate, node, provider string
+	var instanceTypes []string
 	slices := &cobra.Command{
 		Use:   "slices",
 		Short: "Print the ResourceSlices this host's GPUs are published as",
@@ -28,10 +31,27 @@ every whole GPU, the whole GPU shared by memory (consumable capacity), and
 every MIG profile at every start as partitionable devices whose shared
 counters allow exactly NVIDIA's layouts. The stock kube-scheduler allocates
 from them; "gpuslice dra-driver" publishes them itself and prepares the
-devices pods are given.`,
-		Example: "  gpuslice dra slices --simulate dgx-a100 --node gpu-1 | kubectl apply -f -",
-		Args:    cobra.NoArgs,
+devices pods are given.
+
+With --instance-type (or --provider, for every GPU instance type of a
+cloud) it prints what the driver will publish on a node of that catalog
+instance type before the node exists, for a node autoscaler to simulate
+claims on: Karpenter's cloud provider loads them as the instance type's
+ResourceSliceTemplates (Go providers: package pkg/karpenterdra). Each
+slice is labelled gpuslice.dev/instance-type; the pool is named after the
+instance type (or --node); uuid and parentUUID, known only on a running
+node, are left out.`,
+		Example: "  gpuslice dra slices --simulate dgx-a100 --node gpu-1 | kubectl apply -f -\n" +
+			"  gpuslice dra slices --instance-type p4d.24xlarge\n" +
+			"  gpuslice dra slices --provider aws > gpuslice-templates.yaml",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(instanceTypes) > 0 || provider != "" {
+				if simulate != "" {
+					return fmt.Errorf("--simulate describes a host, --instance-type and --provider a future node: give one of them")
+				}
+				return printInstanceTypeSlices(e, cmd, instanceTypes, provider, node)
+			}
 			dev, _, err := openDeviceFor(simulate, node, slog.New(slog.NewTextHandler(e.errOut, nil)))
 			if err != nil {
 				return err
@@ -48,20 +68,14 @@ devices pods are given.`,
 			if err != nil {
 				return err
 			}
-			for _, s := range out {
-				s.APIVersion, s.Kind = "resource.k8s.io/v1", "ResourceSlice"
-				b, err := yaml.Marshal(s)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(e.out, "---\n%s", b)
-			}
-			return nil
+			return printSlices(e, out)
 		},
 	}
 	host, _ := os.Hostname()
 	slices.Flags().StringVar(&simulate, "simulate", "", "a simulated machine (preset or YAML file) instead of the real GPUs")
-	slices.Flags().StringVar(&node, "node", host, "the Kubernetes node name the slices are for")
+	slices.Flags().StringVar(&node, "node", host, "the Kubernetes node name the slices are for (with --instance-type: the pool name, default the instance type's)")
+	slices.Flags().StringSliceVar(&instanceTypes, "instance-type", nil, "print the slices of a future node of these catalog instance types (comma-separated or repeated; gpuslice catalog instances lists them)")
+	slices.Flags().StringVar(&provider, "provider", "", "print the slices of every GPU instance type of this cloud (aws, azure, gcp)")
 	classes := &cobra.Command{
 		Use:   "classes",
 		Short: "Print the DeviceClasses claims name: " + dradriver.ClassGPU + " (also nvidia.com/gpu), " + dradriver.ClassShared + ", " + dradriver.ClassMIG,
@@ -79,4 +93,54 @@ devices pods are given.`,
 	}
 	cmd.AddCommand(slices, classes)
 	return cmd
+}
+
+func printSlices(e *env, out []resourceapi.ResourceSlice) error {
+	for _, s := range out {
+		s.APIVersion, s.Kind = "resource.k8s.io/v1", "ResourceSlice"
+		b, err := yaml.Marshal(s)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "---\n%s", b)
+	}
+	return nil
+}
+
+// printInstanceTypeSlices prints the slices of future nodes of the named
+// instance types, or of every GPU instance type of provider.
+func printInstanceTypeSlices(e *env, cmd *cobra.Command, names []string, provider, node string) error {
+	if provider != "" {
+		if len(names) > 0 {
+			return fmt.Errorf("give --instance-type or --provider, not both")
+		}
+		its, err := e.catalog.InstanceTypes(provider)
+		if err != nil {
+			return fmt.Errorf("--provider: %w", err)
+		}
+		for _, it := range its {
+			if it.GPUCount > 0 && it.GPU != "" {
+				names = append(names, it.Name)
+			}
+		}
+	}
+	if !cmd.Flags().Changed("node") || len(names) > 1 {
+		if cmd.Flags().Changed("node") {
+			return fmt.Errorf("--node names one pool: give it with one --instance-type")
+		}
+		node = ""
+	}
+	for _, name := range names {
+		out, err := dradriver.InstanceTypeSlices(name, node, e.catalog)
+		if catalog.IsNotFound(err) {
+			return fmt.Errorf("--instance-type: %w (gpuslice catalog instances lists them all)", err)
+		}
+		if err != nil {
+			return fmt.Errorf("--instance-type: %w", err)
+		}
+		if err := printSlices(e, out); err != nil {
+			return err
+		}
+	}
+	return nil
 }
