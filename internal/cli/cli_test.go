@@ -63,6 +63,7 @@ func TestGolden(t *testing.T) {
 		"dra-slices-unknown":      {"dra", "slices", "--instance-type", "p4dd.24xlarge"},
 		"dra-slices-simulate-too": {"dra", "slices", "--instance-type", "g5.xlarge", "--simulate", "dgx-a100"},
 		"dra-slices-bad-provider": {"dra", "slices", "--provider", "ibm"},
+		"render-karpenter-dra":    {"render", "../../examples/gpuslice.yaml", "--target", "karpenter", "--dra-driver", "gpuslice"},
 		"render-bad-target":       {"render", "../../examples/gpuslice.yaml", "--target", "helm"},
 		"advise-study":            {"advise", "../../examples/advise/study.yaml"},
 		"advise-broken":           {"advise", "testdata/advise/broken.yaml"},
