@@ -2,9 +2,11 @@ package dradriver
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
@@ -23,7 +25,9 @@ var runtimeAttributes = []resourceapi.QualifiedName{"uuid", "parentUUID"}
 // type's GPUs (healthy, MIG off, every MIG placement offered), for the
 // node named node (the instance type's name when ""), without the
 // attributes only a running node knows (uuid, parentUUID) nor a driver
-// version. A node autoscaler simulates allocation on these (Karpenter's
+// version, and with the counters scaled so that an allocator charging a
+// shared device's counters on every allocation decides as Kubernetes'
+// does (scaleCounters). A node autoscaler simulates allocation on these (Karpenter's
 // ResourceSliceTemplates). An unknown instance type is a
 // *catalog.NotFoundError naming the valid ones.
 func InstanceTypeSlices(instanceType, node string, cat *catalog.Catalog) ([]resourceapi.ResourceSlice, error) {
@@ -48,15 +52,61 @@ func InstanceTypeSlices(instanceType, node string, cat *catalog.Catalog) ([]reso
 	if err != nil {
 		return nil, fmt.Errorf("instance type %s: %w", it.Name, err)
 	}
+	model, err := cat.GPU(it.GPU)
+	if err != nil {
+		return nil, fmt.Errorf("instance type %s: %w", it.Name, err)
+	}
+	k := maxShares(model.MemoryMiB)
 	for i := range out {
 		out[i].Labels[InstanceTypeLabel] = it.Name
+		for j := range out[i].Spec.SharedCounters {
+			scaleCounters(out[i].Spec.SharedCounters[j].Counters, k)
+		}
 		for j := range out[i].Spec.Devices {
+			d := &out[i].Spec.Devices[j]
 			for _, a := range runtimeAttributes {
-				delete(out[i].Spec.Devices[j].Attributes, a)
+				delete(d.Attributes, a)
 			}
+			if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
+				continue // a share: one unit of each counter per allocation
+			}
+			// Copies: Slices shares one consumption between the whole GPU
+			// and its shared device.
+			use := make([]resourceapi.DeviceCounterConsumption, len(d.ConsumesCounters))
+			for c, dc := range d.ConsumesCounters {
+				use[c] = resourceapi.DeviceCounterConsumption{CounterSet: dc.CounterSet, Counters: maps.Clone(dc.Counters)}
+				scaleCounters(use[c].Counters, k)
+			}
+			d.ConsumesCounters = use
 		}
 	}
 	return out, nil
+}
+
+// maxShares is how many shares a GPU of memMiB can hold: the shared
+// device's smallest memory request is 256 MiB.
+func maxShares(memMiB int64) int64 { return max(memMiB/256, 1) }
+
+// scaleCounters multiplies every counter by k.
+//
+// Why templates scale their counters: the shared device (many
+// allocations, by memory) consumes the GPU's counters so that it excludes
+// the whole GPU and every MIG placement. Kubernetes' allocator charges a
+// multi-allocatable device's counters once, when it is first allocated
+// (later allocations skip the counter check while its capacity is in
+// use), but Karpenter v1.15.0's simulation charges them on every
+// allocation (pkg/scheduling/dynamicresources, tryDevice), so with the
+// published counters it puts one share per node: four 4 GiB shares would
+// buy four nodes. In the templates every counter and every exclusive
+// device's consumption is k times the published one (k the most shares a
+// GPU holds) while a share consumes one unit per allocation: the whole
+// GPU and MIG placements exclude each other exactly as before, any share
+// still excludes both, and up to k shares fit, which the memory capacity
+// bounds anyway — the same decisions under either way of charging.
+func scaleCounters(cs map[string]resourceapi.Counter, k int64) {
+	for name, c := range cs {
+		cs[name] = resourceapi.Counter{Value: *resource.NewQuantity(c.Value.Value()*k, resource.DecimalSI)}
+	}
 }
 
 // nodeName makes an instance type's name a node name (a DNS subdomain):
