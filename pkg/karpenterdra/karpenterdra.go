@@ -9,9 +9,13 @@
 // (consumable capacity) and MIG placements (partitionable devices with
 // shared counters) rather than whole GPUs.
 //
-// The slices are exactly what the driver publishes (the same code,
+// The slices are what the driver publishes (the same code,
 // internal/k8s/dradriver), less the attributes only a running node knows
-// (uuid, parentUUID). `gpuslice dra slices --instance-type NAME` prints the
+// (uuid, parentUUID), with every counter scaled by the most shares a GPU
+// holds: Karpenter v1.15.0 charges a shared device's counters on every
+// allocation where Kubernetes charges them once, and with the published
+// counters it would put one share per node (see dradriver's
+// scaleCounters). `gpuslice dra slices --instance-type NAME` prints the
 // same objects as YAML for providers not written in Go.
 //
 // Converting a slice to Karpenter's template: Driver, Pool.Name, each
