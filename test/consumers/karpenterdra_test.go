@@ -318,6 +318,37 @@ func TestKarpenterCountsShares(t *testing.T) {
 	}
 }
 
+// Why the templates scale their counters, pinned so that a Karpenter that
+// charges a shared device's counters once (as Kubernetes does) shows up
+// here: on the slices the driver publishes for a one-T4 host (`dra slices
+// --simulate t4`), Karpenter v1.15.0 buys one node per 4 GiB share; on
+// the instance type's templates, one node for all four.
+func TestKarpenterChargesSharedCountersPerAllocation(t *testing.T) {
+	published := gpusliceInstanceTypes(t, "g4dn.xlarge")
+	var tmpls []cloudprovider.ResourceSliceTemplate
+	for _, doc := range documents(gsOutput(t, "dra", "slices", "--simulate", "t4", "--node", "g4dn-host")) {
+		var s resourcev1.ResourceSlice
+		if err := yaml.UnmarshalStrict(doc, &s); err != nil {
+			t.Fatal(err)
+		}
+		tmpls = append(tmpls, sliceTemplate(&s))
+	}
+	published[0].DynamicResources.ResourceSliceTemplates = lo.ToSlicePtr(tmpls)
+	for name, its := range map[string][]*cloudprovider.InstanceType{"published": published, "templates": gpusliceInstanceTypes(t, "g4dn.xlarge")} {
+		var claims []*resourcev1.ResourceClaim
+		var pods []*corev1.Pod
+		for i := range 4 {
+			c := claim(fmt.Sprintf("share-%d", i), gsShared, "", "4Gi", 1)
+			claims, pods = append(claims, c), append(pods, claimPod(c, nil))
+		}
+		res := solve(t, []*karpv1.NodePool{nodePoolFor("t4", "g4dn.xlarge")}, its, claims, pods)
+		want := map[string]int{"published": 4, "templates": 1}[name]
+		if len(res.PodErrors) > 0 || len(res.NewNodeClaims) != want {
+			t.Errorf("%s counters: %d nodes (errors %v), want %d", name, len(res.NewNodeClaims), res.PodErrors, want)
+		}
+	}
+}
+
 // A MIG claim (mig.gpuslice.dev, a profile selector) is provisioned only
 // on instance types whose GPUs have the profile: with T4, L4, A100-80GB
 // and H100 types in one NodePool, the NodeClaim keeps only the A100 and
