@@ -40,7 +40,9 @@ claims on: Karpenter's cloud provider loads them as the instance type's
 ResourceSliceTemplates (Go providers: package pkg/karpenterdra). Each
 slice is labelled gpuslice.dev/instance-type; the pool is named after the
 instance type (or --node); uuid and parentUUID, known only on a running
-node, are left out.`,
+node, are left out; every counter is scaled by the most shares a GPU holds,
+so that Karpenter, which charges a shared device's counters on every
+allocation, decides as Kubernetes does.`,
 		Example: "  gpuslice dra slices --simulate dgx-a100 --node gpu-1 | kubectl apply -f -\n" +
 			"  gpuslice dra slices --instance-type p4d.24xlarge\n" +
 			"  gpuslice dra slices --provider aws > gpuslice-templates.yaml",
