@@ -6,7 +6,6 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuslice/gpuslice/internal/agent"
@@ -70,6 +69,9 @@ allocation, decides as Kubernetes does.`,
 			if err != nil {
 				return err
 			}
+			for i := range out {
+				out[i].APIVersion, out[i].Kind = "resource.k8s.io/v1", "ResourceSlice"
+			}
 			return printSlices(e, out)
 		},
 	}
@@ -97,9 +99,10 @@ allocation, decides as Kubernetes does.`,
 	return cmd
 }
 
-func printSlices(e *env, out []resourceapi.ResourceSlice) error {
+// printSlices writes YAML documents; the callers set the slices' kind
+// (internal/cli stays free of Kubernetes packages).
+func printSlices[T any](e *env, out []T) error {
 	for _, s := range out {
-		s.APIVersion, s.Kind = "resource.k8s.io/v1", "ResourceSlice"
 		b, err := yaml.Marshal(s)
 		if err != nil {
 			return err
@@ -139,6 +142,9 @@ func printInstanceTypeSlices(e *env, cmd *cobra.Command, names []string, provide
 		}
 		if err != nil {
 			return fmt.Errorf("--instance-type: %w", err)
+		}
+		for i := range out {
+			out[i].APIVersion, out[i].Kind = "resource.k8s.io/v1", "ResourceSlice"
 		}
 		if err := printSlices(e, out); err != nil {
 			return err
