@@ -83,9 +83,11 @@ func InstanceTypeSlices(instanceType, node string, cat *catalog.Catalog) ([]reso
 	return out, nil
 }
 
-// maxShares is how many shares a GPU of memMiB can hold: the shared
-// device's smallest memory request is 256 MiB.
-func maxShares(memMiB int64) int64 { return max(memMiB/256, 1) }
+// shareStepMiB is the shared device's smallest memory request and step.
+const shareStepMiB = 256
+
+// maxShares is how many shares a GPU of memMiB can hold.
+func maxShares(memMiB int64) int64 { return max(memMiB/shareStepMiB, 1) }
 
 // scaleCounters multiplies every counter by k.
 //
