@@ -55,6 +55,9 @@ func RenderWith(target string, s *model.Spec, p *plan.Plan, o Options) ([]byte, 
 	default:
 		return nil, fmt.Errorf("DRA driver %q: valid are %s", o.DRADriver, strings.Join(DRADrivers(), ", "))
 	}
+	if target == "karpenter" && drv.gpuslice {
+		return renderKarpenterFor(s, p, true)
+	}
 	if target != "dra" {
 		return Render(target, s, p)
 	}

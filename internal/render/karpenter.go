@@ -26,6 +26,13 @@ var nodeClasses = map[string]obj{
 // capacity, alpha): a dynamic NodePool has no minimum, it provisions only
 // for pending pods and consolidates empty nodes away.
 func renderKarpenter(s *model.Spec, p *plan.Plan) ([]byte, error) {
+	return renderKarpenterFor(s, p, false)
+}
+
+// renderKarpenterFor is the karpenter target; with dra (render
+// --dra-driver gpuslice) its NodePools are for the claims of the dra
+// target on gpuslice's driver (karpenterdra.go).
+func renderKarpenterFor(s *model.Spec, p *plan.Plan, dra bool) ([]byte, error) {
 	var objs []obj
 	var comments [][]string
 	cat := catalog.Default()
@@ -51,6 +58,15 @@ func renderKarpenter(s *model.Spec, p *plan.Plan) ([]byte, error) {
 		if usesMIG(pp) {
 			labels[migConfigLabel] = "gpuslice-" + pp.Name
 		}
+		instanceTypes := []string{pp.InstanceType}
+		var draNotes []string
+		if dra {
+			// gpuslice's driver reads neither NVIDIA config label.
+			labels = obj{plan.PoolLabel: pp.Name}
+			if instanceTypes, draNotes, err = draInstanceTypes(p, pp, it, cat); err != nil {
+				return nil, err
+			}
+		}
 		taints := []obj{{"key": gpuTaint, "value": "true", "effect": "NoSchedule"}}
 		maxNodes := pp.Nodes
 		if sp != nil {
@@ -70,7 +86,7 @@ func renderKarpenter(s *model.Spec, p *plan.Plan) ([]byte, error) {
 				"spec": obj{
 					"nodeClassRef": class,
 					"requirements": []obj{
-						{"key": instanceTypeLabel, "operator": "In", "values": []string{pp.InstanceType}},
+						{"key": instanceTypeLabel, "operator": "In", "values": instanceTypes},
 						{"key": "karpenter.sh/capacity-type", "operator": "In", "values": []string{"on-demand"}},
 					},
 					"taints":      taints,
@@ -93,8 +109,8 @@ func renderKarpenter(s *model.Spec, p *plan.Plan) ([]byte, error) {
 				"limits":     obj{"nvidia.com/gpu": fmt.Sprint(dynamic * pp.GPUsPerNode)},
 				"disruption": obj{"consolidationPolicy": "WhenEmpty", "consolidateAfter": "5m"},
 			}})
-		comments = append(comments, []string{fmt.Sprintf("pool %s: the plan needs %d × %s (%d GPUs, %d in use)",
-			pp.Name, pp.Nodes, pp.InstanceType, pp.Nodes*pp.GPUsPerNode, pp.GPUsUsed)})
+		comments = append(comments, append([]string{fmt.Sprintf("pool %s: the plan needs %d × %s (%d GPUs, %d in use)",
+			pp.Name, pp.Nodes, pp.InstanceType, pp.Nodes*pp.GPUsPerNode, pp.GPUsUsed)}, draNotes...))
 		if w.nodes > 0 {
 			objs = append(objs, obj{"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
 				"metadata": obj{"name": dnsName("gpuslice-" + pp.Name + "-warm")},
@@ -111,6 +127,9 @@ func renderKarpenter(s *model.Spec, p *plan.Plan) ([]byte, error) {
 	var keepC [][]string
 	header := []string{"Karpenter NodePools rendered by gpuslice from " + strings.Join(s.Sources, ", "),
 		"nodeClassRef names a node class called default: create it for your account"}
+	if dra {
+		header = append(header, karpenterDRAHeader...)
+	}
 	for i, o := range objs {
 		if o != nil {
 			keep = append(keep, o)

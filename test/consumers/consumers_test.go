@@ -176,6 +176,9 @@ func TestEveryRenderParses(t *testing.T) {
 			}
 			checkDRA(t, out)
 		})
+		t.Run(in.name+"/karpenter-gpuslice", func(t *testing.T) {
+			checkKarpenter(t, render(t, in, "karpenter", "--dra-driver", "gpuslice"))
+		})
 		t.Run(in.name+"/dra-gpuslice", func(t *testing.T) {
 			out := render(t, in, "dra", "--dra-driver", "gpuslice", "--dra-device-classes")
 			if n := bytes.Count(out, []byte("kind: DeviceClass")); n != 3 {

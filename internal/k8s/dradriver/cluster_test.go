@@ -292,3 +292,55 @@ func TestLegacyGPUPodsAreServedByTheWholeGPUClass(t *testing.T) {
 		}
 	}
 }
+
+// The instance-type templates (scaled counters, no uuid) are slices the
+// API server accepts and on which the stock kube-scheduler decides as on
+// the published ones: published for a node named as the templates say,
+// an A100 takes four 4 GiB shares on its shared device and then neither
+// a MIG instance nor the whole GPU; on a fresh A100 a MIG instance shuts
+// out a share.
+func TestStockSchedulerOnInstanceTypeTemplates(t *testing.T) {
+	c := newCluster(t)
+	for _, it := range []string{"a2-highgpu-1g", "a2-ultragpu-1g"} {
+		slices, err := dradriver.InstanceTypeSlices(it, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: it}, Status: corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{"cpu": resource.MustParse("12"), "memory": resource.MustParse("85Gi"), "pods": resource.MustParse("110")},
+			Allocatable: corev1.ResourceList{"cpu": resource.MustParse("12"), "memory": resource.MustParse("85Gi"), "pods": resource.MustParse("110")}}}
+		if _, err := c.srv.CreateReadyNode(c.ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		for i := range slices {
+			if _, err := c.cs.ResourceV1().ResourceSlices().Create(c.ctx, &slices[i], metav1.CreateOptions{}); err != nil {
+				t.Fatalf("the API server refuses template slice %s: %v", slices[i].Name, err)
+			}
+		}
+	}
+	on40 := `device.attributes["gpu.gpuslice.dev"].model == "A100-40GB"`
+	for i := range 4 {
+		name := fmt.Sprintf("share-%d", i)
+		c.claimPod(name, dradriver.ClassShared, on40, "4Gi")
+		if d := c.device(name); d != "gpu-0-shared" {
+			t.Fatalf("%s got %q, want gpu-0-shared", name, d)
+		}
+	}
+	c.claimPod("mig-beside-shares", dradriver.ClassMIG, on40+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
+	if d := c.device("mig-beside-shares"); d != "" {
+		t.Fatalf("a MIG instance was allocated beside shares: %q", d)
+	}
+	c.claimPod("whole-beside-shares", dradriver.ClassGPU, on40, "")
+	if d := c.device("whole-beside-shares"); d != "" {
+		t.Fatalf("the whole GPU was allocated beside shares: %q", d)
+	}
+	on80 := `device.attributes["gpu.gpuslice.dev"].model == "A100-80GB"`
+	c.claimPod("mig-80", dradriver.ClassMIG, on80+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.10gb"`, "")
+	if d := c.device("mig-80"); !strings.Contains(d, "-mig-1g-10gb-at-") {
+		t.Fatalf("mig-80 got %q, want a 1g.10gb placement", d)
+	}
+	c.claimPod("share-beside-mig", dradriver.ClassShared, on80, "4Gi")
+	if d := c.device("share-beside-mig"); d != "" {
+		t.Fatalf("a share was allocated beside a MIG instance: %q", d)
+	}
+}

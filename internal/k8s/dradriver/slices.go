@@ -165,7 +165,7 @@ func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersio
 	whole := resourceapi.Device{Name: base, Attributes: attrs(TypeGPU, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"uuid": strAttr(g.UUID)}),
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: mem}}}
 	yes := true
-	step, minShare, def := mib(256), mib(256), mib(model.MemoryMiB/16)
+	step, minShare, def := mib(shareStepMiB), mib(shareStepMiB), mib(model.MemoryMiB/16)
 	def = roundUp(def, 256)
 	shared := resourceapi.Device{Name: base + "-shared", AllowMultipleAllocations: &yes,
 		Attributes: attrs(TypeShared, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"uuid": strAttr(g.UUID)}),
