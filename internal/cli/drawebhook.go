@@ -16,10 +16,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/drawebhook"
-	"github.com/gpuslice/gpuslice/internal/k8s/scalezero"
 )
 
 // draWebhookCmd serves the validating admission webhook for claims.
@@ -85,19 +83,9 @@ with --kubeconfig ("in-cluster" for the pod's ServiceAccount); without it, the n
 			}
 			var tenant drawebhook.TenantFunc
 			if kubeconfig != "" {
-				path := kubeconfig
-				if path == "in-cluster" {
-					path = ""
-				}
-				rest, _, err := scalezero.KubeConfig(path)
-				if err != nil {
+				if tenant, err = drawebhook.KubeconfigTenant(kubeconfig); err != nil {
 					return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 				}
-				cs, err := kubernetes.NewForConfig(rest)
-				if err != nil {
-					return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-				}
-				tenant = drawebhook.LabelTenant(cs)
 			}
 			srv := &http.Server{Handler: drawebhook.Handler(log, schedulerName, tenant), ReadHeaderTimeout: 10 * time.Second,
 				TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}

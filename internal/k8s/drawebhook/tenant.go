@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/scalezero"
 )
 
 // ClaimPath is where the webhook mutates ResourceClaims and
@@ -42,6 +43,24 @@ func LabelTenant(cs kubernetes.Interface) TenantFunc {
 		}
 		return dradriver.TenantOf(ns), nil
 	}
+}
+
+// KubeconfigTenant is LabelTenant over the API server kubeconfig names
+// ("in-cluster": the pod's ServiceAccount; a path: that file).
+func KubeconfigTenant(kubeconfig string) (TenantFunc, error) {
+	path := kubeconfig
+	if path == "in-cluster" {
+		path = ""
+	}
+	rest, _, err := scalezero.KubeConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return nil, err
+	}
+	return LabelTenant(cs), nil
 }
 
 // IsolateClaim decides one AdmissionRequest on ClaimPath for a claim or
