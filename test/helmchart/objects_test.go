@@ -173,6 +173,9 @@ func TestRender(t *testing.T) {
 				if isolation(vals) {
 					count += 3 // MutatingWebhookConfiguration, ClusterRole and binding for namespaces
 				}
+				if podWebhook(vals) {
+					count++ // the pods' MutatingWebhookConfiguration
+				}
 				checkWebhook(t, r, vals)
 			}
 			if on("scheduler") {
@@ -378,6 +381,20 @@ func checkWebhook(t *testing.T, r rendered, vals map[string]any) {
 		want = append(want, "--kubeconfig=in-cluster")
 		checkTenantWebhook(t, r, name)
 	}
+	if schedulerOn(vals) {
+		sn := "gpuslice-scheduler"
+		if sc, ok := vals["scheduler"].(map[string]any); ok && sc["schedulerName"] != nil {
+			sn = sc["schedulerName"].(string)
+		}
+		want = append(want, "--scheduler-name="+sn)
+	} else {
+		want = append(want, "--scheduler-name=")
+	}
+	if podWebhook(vals) {
+		checkPodWebhook(t, r, name)
+	} else if _, ok := r.objs["MutatingWebhookConfiguration/"+name+"-pods"]; ok {
+		t.Error("a pod webhook without gpuslice-scheduler or with podWebhook.enabled false")
+	}
 	if !slices.Equal(c.Args, want) {
 		t.Errorf("webhook args %v, want %v", c.Args, want)
 	}
@@ -580,5 +597,48 @@ func checkTenantWebhook(t *testing.T, r rendered, name string) {
 	cr := r.get(t, "ClusterRole", name).(*rbacv1.ClusterRole)
 	if len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Resources, []string{"namespaces"}) || !slices.Equal(cr.Rules[0].Verbs, []string{"get"}) {
 		t.Errorf("webhook ClusterRole rules %+v: want get namespaces", cr.Rules)
+	}
+}
+
+// schedulerOn is scheduler.enabled (default true).
+func schedulerOn(vals map[string]any) bool {
+	sc, _ := vals["scheduler"].(map[string]any)
+	e, set := sc["enabled"].(bool)
+	return !set || e
+}
+
+// podWebhook: the pods' webhook is registered with gpuslice-scheduler on
+// and scheduler.podWebhook.enabled (default true).
+func podWebhook(vals map[string]any) bool {
+	if !schedulerOn(vals) {
+		return false
+	}
+	sc, _ := vals["scheduler"].(map[string]any)
+	pw, _ := sc["podWebhook"].(map[string]any)
+	e, set := pw["enabled"].(bool)
+	return !set || e
+}
+
+// checkPodWebhook: GPU pods of the namespaces labelled
+// gpuslice.dev/scheduler=gpuslice-scheduler are sent to /mutate-pods at
+// CREATE.
+func checkPodWebhook(t *testing.T, r rendered, name string) {
+	t.Helper()
+	mwc := r.get(t, "MutatingWebhookConfiguration", name+"-pods").(*admissionv1.MutatingWebhookConfiguration)
+	if len(mwc.Webhooks) != 1 {
+		t.Fatalf("%d pod webhooks, want 1", len(mwc.Webhooks))
+	}
+	wh := mwc.Webhooks[0]
+	s := wh.ClientConfig.Service
+	if s == nil || s.Name != name || s.Path == nil || *s.Path != "/mutate-pods" {
+		t.Errorf("pod webhook service %+v: want %s /mutate-pods", s, name)
+	}
+	rule := wh.Rules[0]
+	if !slices.Equal(rule.APIGroups, []string{""}) || !slices.Equal(rule.Resources, []string{"pods"}) ||
+		!slices.Equal(rule.Operations, []admissionv1.OperationType{admissionv1.Create}) {
+		t.Errorf("pod webhook rule %+v", rule)
+	}
+	if wh.NamespaceSelector == nil || wh.NamespaceSelector.MatchLabels["gpuslice.dev/scheduler"] != "gpuslice-scheduler" {
+		t.Errorf("pod webhook namespaceSelector %+v: want gpuslice.dev/scheduler=gpuslice-scheduler", wh.NamespaceSelector)
 	}
 }
