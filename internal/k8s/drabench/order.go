@@ -178,8 +178,9 @@ func CompareOrder(mix OrderMix, nodes, claims int, seed uint64) (OrderResult, er
 	return res, nil
 }
 
-// orderClaims draws the mix's claims: ResourceClaims of the MIG class
-// selecting a profile, as a user writes them.
+// orderClaims draws the mix's claims as a user writes them: ResourceClaims
+// of the MIG class selecting a profile or a memory size, or of the shared
+// class asking for memory.
 func orderClaims(mix OrderMix, n int, seed uint64) []*resourceapi.ResourceClaim {
 	rng := rand.New(rand.NewPCG(seed, 0x6f72646572))
 	total := 0
@@ -194,50 +195,25 @@ func orderClaims(mix OrderMix, n int, seed uint64) []*resourceapi.ResourceClaim 
 			k++
 		}
 		name := fmt.Sprintf("claim-%d", i)
-		if len(mix.SharesGiB) > 0 {
-			out = append(out, &resourceapi.ResourceClaim{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench", UID: types.UID("uid-" + name)},
-				Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-					Name: "share",
-					Exactly: &resourceapi.ExactDeviceRequest{
-						DeviceClassName: dradriver.ClassShared,
-						AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
-						Count:           1,
-						Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-							"memory": *resource.NewQuantity(int64(mix.SharesGiB[k])<<30, resource.BinarySI)}},
-					},
-				}}}},
-			})
-			continue
+		req := resourceapi.ExactDeviceRequest{DeviceClassName: dradriver.ClassMIG,
+			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
+		cel := func(expr string) []resourceapi.DeviceSelector {
+			return []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}
 		}
-		if len(mix.MIGMemoryGiB) > 0 {
-			out = append(out, &resourceapi.ResourceClaim{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench", UID: types.UID("uid-" + name)},
-				Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-					Name: "mig",
-					Exactly: &resourceapi.ExactDeviceRequest{
-						DeviceClassName: dradriver.ClassMIG,
-						AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
-						Count:           1,
-						Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-							Expression: fmt.Sprintf("device.capacity[%q].memory.compareTo(quantity(%q)) >= 0", dradriver.DriverName, fmt.Sprintf("%dGi", mix.MIGMemoryGiB[k]))}}},
-					},
-				}}}},
-			})
-			continue
+		switch {
+		case len(mix.SharesGiB) > 0:
+			req.DeviceClassName = dradriver.ClassShared
+			req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+				"memory": *resource.NewQuantity(int64(mix.SharesGiB[k])<<30, resource.BinarySI)}}
+		case len(mix.MIGMemoryGiB) > 0:
+			req.Selectors = cel(fmt.Sprintf("device.capacity[%q].memory.compareTo(quantity(%q)) >= 0", dradriver.DriverName, fmt.Sprintf("%dGi", mix.MIGMemoryGiB[k])))
+		default:
+			req.Selectors = cel(fmt.Sprintf("device.attributes[%q].profile == %q", dradriver.DriverName, mix.Profiles[k]))
 		}
 		out = append(out, &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench", UID: types.UID("uid-" + name)},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "mig",
-				Exactly: &resourceapi.ExactDeviceRequest{
-					DeviceClassName: dradriver.ClassMIG,
-					AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
-					Count:           1,
-					Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-						Expression: fmt.Sprintf("device.attributes[%q].profile == %q", dradriver.DriverName, mix.Profiles[k])}}},
-				},
-			}}}},
+				Name: "gpu", Exactly: &req}}}},
 		})
 	}
 	return out

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 )
 
@@ -348,27 +347,8 @@ func (d *Driver) releaseLocked(ctx context.Context, uid string) error {
 	if rec == nil || rec.State != stateBinding {
 		return nil
 	}
-	gpus, err := d.cfg.Device.GPUs(ctx)
-	if err != nil {
+	if err := d.destroyInstances(ctx, uid, rec, " made before bind"); err != nil {
 		return err
-	}
-	for _, dev := range rec.Devices {
-		if dev.Type != dradriver.TypeMIG || d.holderOf(uid, dev.GPU, dev.Profile, dev.Start) != "" {
-			continue
-		}
-		g, err := gpuAt(gpus, dev.GPUIndex)
-		if err != nil {
-			continue
-		}
-		for _, in := range g.Instances {
-			if in.Profile != dev.Profile || in.Start != dev.Start || (dev.ID != "" && in.UUID != dev.ID) {
-				continue
-			}
-			if err := d.cfg.Device.DestroyInstance(ctx, g.Index, in.UUID); err != nil && !errors.Is(err, gpu.ErrNotFound) {
-				return fmt.Errorf("claim %s/%s: destroying MIG instance %s made before bind: %w", rec.Namespace, rec.Name, in.UUID, err)
-			}
-			d.cfg.Log.Info("destroyed MIG instance made before bind", "gpu", g.Index, "profile", in.Profile, "start", in.Start, "claim", rec.Namespace+"/"+rec.Name)
-		}
 	}
 	delete(d.claims, uid)
 	if err := d.save(); err != nil {

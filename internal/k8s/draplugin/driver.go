@@ -756,27 +756,8 @@ func (d *Driver) Unprepare(ctx context.Context, uid string) error {
 	if err := cdi.Remove(d.cfg.CDIDir, specName(uid)); err != nil {
 		return fmt.Errorf("claim %s/%s: removing the CDI spec: %w", rec.Namespace, rec.Name, err)
 	}
-	gpus, err := d.cfg.Device.GPUs(ctx)
-	if err != nil {
+	if err := d.destroyInstances(ctx, uid, rec, ""); err != nil {
 		return err
-	}
-	for _, dev := range rec.Devices {
-		if dev.Type != dradriver.TypeMIG || d.holderOf(uid, dev.GPU, dev.Profile, dev.Start) != "" {
-			continue
-		}
-		g, err := gpuAt(gpus, dev.GPUIndex)
-		if err != nil {
-			continue // the GPU is gone: nothing to destroy
-		}
-		for _, in := range g.Instances {
-			if in.Profile != dev.Profile || in.Start != dev.Start || (dev.ID != "" && in.UUID != dev.ID) {
-				continue
-			}
-			if err := d.cfg.Device.DestroyInstance(ctx, g.Index, in.UUID); err != nil && !errors.Is(err, gpu.ErrNotFound) {
-				return fmt.Errorf("claim %s/%s: destroying MIG instance %s: %w", rec.Namespace, rec.Name, in.UUID, err)
-			}
-			d.cfg.Log.Info("destroyed MIG instance", "gpu", g.Index, "profile", in.Profile, "start", in.Start, "claim", rec.Namespace+"/"+rec.Name)
-		}
 	}
 	delete(d.claims, uid)
 	delete(d.usage, uid)
@@ -804,4 +785,34 @@ func (d *Driver) Unprepare(ctx context.Context, uid string) error {
 
 func (d *Driver) save() error {
 	return saveCheckpoint(filepath.Join(d.cfg.StateDir, CheckpointFile), d.cfg.Node, d.claims)
+}
+
+// destroyInstances destroys the MIG instances of rec's devices that no
+// other claim holds (found by placement, and by uuid where recorded); a
+// GPU that is gone has nothing to destroy. why is added to the error and
+// the log ("" or e.g. " made before bind"). d.mu is held.
+func (d *Driver) destroyInstances(ctx context.Context, uid string, rec *claimRecord, why string) error {
+	gpus, err := d.cfg.Device.GPUs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, dev := range rec.Devices {
+		if dev.Type != dradriver.TypeMIG || d.holderOf(uid, dev.GPU, dev.Profile, dev.Start) != "" {
+			continue
+		}
+		g, err := gpuAt(gpus, dev.GPUIndex)
+		if err != nil {
+			continue
+		}
+		for _, in := range g.Instances {
+			if in.Profile != dev.Profile || in.Start != dev.Start || (dev.ID != "" && in.UUID != dev.ID) {
+				continue
+			}
+			if err := d.cfg.Device.DestroyInstance(ctx, g.Index, in.UUID); err != nil && !errors.Is(err, gpu.ErrNotFound) {
+				return fmt.Errorf("claim %s/%s: destroying MIG instance %s%s: %w", rec.Namespace, rec.Name, in.UUID, why, err)
+			}
+			d.cfg.Log.Info("destroyed MIG instance"+why, "gpu", g.Index, "profile", in.Profile, "start", in.Start, "claim", rec.Namespace+"/"+rec.Name)
+		}
+	}
+	return nil
 }
