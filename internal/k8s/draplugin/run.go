@@ -64,9 +64,11 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) error {
 		}
 	}
 	if opts.WatchNamespaces && cfg.Isolation.TenantIsolation {
-		if err := watchTenants(ctx, d, cfg.Kube, cfg.Isolation.Tenants, d.cfg.Log); err != nil {
+		stopTenants, err := watchTenants(ctx, d, cfg.Kube, cfg.Isolation.Tenants, d.cfg.Log)
+		if err != nil {
 			return err
 		}
+		defer stopTenants() // before d.Stop: nothing is published or logged after Run returns
 	}
 	if opts.Metrics != nil {
 		reg := prometheus.NewRegistry()
@@ -96,9 +98,23 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) error {
 // watchTenants follows the cluster's namespaces and sets the driver's
 // tenants to static plus theirs after every change (changes coalesce: one
 // recomputation covers all that came before it). It returns once the
-// namespaces are listed and the first set is published.
-func watchTenants(ctx context.Context, d *Driver, kube kubernetes.Interface, static []string, log *slog.Logger) error {
+// namespaces are listed and the first set is published, with stop, which
+// ends the watch and waits until nothing more is published or logged.
+func watchTenants(parent context.Context, d *Driver, kube kubernetes.Interface, static []string, log *slog.Logger) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(parent)
 	factory := informers.NewSharedInformerFactory(kube, 0)
+	done := make(chan struct{})
+	stop = func() {
+		cancel()
+		<-done
+		factory.Shutdown()
+	}
+	defer func() {
+		if err != nil {
+			close(done)
+			stop()
+		}
+	}()
 	inf := factory.Core().V1().Namespaces()
 	changed := make(chan struct{}, 1)
 	poke := func(any) {
@@ -109,11 +125,11 @@ func watchTenants(ctx context.Context, d *Driver, kube kubernetes.Interface, sta
 	}
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke,
 		UpdateFunc: func(_, n any) { poke(n) }, DeleteFunc: poke}); err != nil {
-		return err
+		return nil, err
 	}
 	factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
-		return errors.New("draplugin: namespaces never listed")
+		return nil, errors.New("draplugin: namespaces never listed")
 	}
 	apply := func() error {
 		nss, err := inf.Lister().List(labels.Everything())
@@ -128,13 +144,13 @@ func watchTenants(ctx context.Context, d *Driver, kube kubernetes.Interface, sta
 		return err
 	}
 	if err := apply(); err != nil {
-		return err
+		return nil, err
 	}
 	go func() {
+		defer close(done)
 		for {
 			select {
 			case <-ctx.Done():
-				factory.Shutdown()
 				return
 			case <-changed:
 				if err := apply(); err != nil {
@@ -143,5 +159,5 @@ func watchTenants(ctx context.Context, d *Driver, kube kubernetes.Interface, sta
 			}
 		}
 	}()
-	return nil
+	return stop, nil
 }
