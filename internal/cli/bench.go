@@ -102,7 +102,8 @@ allocates the same seeded MIG claims (ResourceClaims of mig.gpuslice.dev selecti
 profile) on the same nodes with the stock structured allocator, first fit over nodes and
 devices, with the placements in gpuslice's order (smallest profile first, highest start
 first), in NVML's enumeration order (starts ascending) and largest profile first; and with
-gpuslice's allocator on the same slices. Sums over the seeds.`,
+gpuslice's allocator on the same slices, as the claims arrive and with all of them known
+up front, biggest first. Sums over the seeds.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mixes := drabench.OrderMixes
@@ -121,6 +122,9 @@ gpuslice's allocator on the same slices. Sums over the seeds.`,
 			}
 			if seeds < 1 {
 				return fmt.Errorf("--seeds %d: want at least 1", seeds)
+			}
+			if nodes < 1 || claims < 1 {
+				return fmt.Errorf("--nodes %d, --claims %d: want at least 1 of each", nodes, claims)
 			}
 			t := &table{header: []string{"MIX", "ALLOCATOR", "ORDER", "PLACED", "UNPLACED", "GPUS", "VS GPUSLICE ORDER"}}
 			var all []drabench.OrderResult

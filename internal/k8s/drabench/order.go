@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +45,10 @@ const (
 	OrderNVML = "nvml"
 	// OrderLargestFirst lists the biggest profiles first, starts ascending.
 	OrderLargestFirst = "largest-first"
+	// OrderKnownBiggestFirst is gpuslice's allocator given every claim
+	// up front, biggest first (first-fit decreasing): planning, not
+	// arrival order.
+	OrderKnownBiggestFirst = "all-known-biggest-first"
 	// OrderNVIDIAWhole is a memory-share mix served as NVIDIA's driver
 	// serves separate claims: a whole GPU each.
 	OrderNVIDIAWhole = "whole-gpu-per-claim"
@@ -125,7 +130,7 @@ func CompareOrder(mix OrderMix, nodes, claims int, seed uint64) (OrderResult, er
 		return res, fmt.Errorf("mix %s: %w", mix.Name, err)
 	}
 	var fleet []alloc.Node
-	var slices []resourceapi.ResourceSlice
+	var sl []resourceapi.ResourceSlice
 	for n := range nodes {
 		node := alloc.Node{Name: nodeName(n)}
 		for i := range GPUsPerNode {
@@ -136,11 +141,11 @@ func CompareOrder(mix OrderMix, nodes, claims int, seed uint64) (OrderResult, er
 			return res, err
 		}
 		fleet = append(fleet, node)
-		slices = append(slices, s...)
+		sl = append(sl, s...)
 	}
-	rcs := orderClaims(mix, claims, seed)
+	rcs, sizes := orderClaims(mix, claims, seed)
 	if len(mix.SharesGiB) > 0 {
-		side, err := upstreamOrder(reorder(slices, OrderGPUSlice), fleet, rcs)
+		side, err := upstreamOrder(reorder(sl, OrderGPUSlice), fleet, rcs)
 		if err != nil {
 			return res, fmt.Errorf("stock allocator, shares: %w", err)
 		}
@@ -153,7 +158,7 @@ func CompareOrder(mix OrderMix, nodes, claims int, seed uint64) (OrderResult, er
 			w.Spec.Devices.Requests[0].Exactly.Capacity = nil
 			whole[i] = w
 		}
-		if side, err = upstreamOrder(reorder(slices, OrderGPUSlice), fleet, whole); err != nil {
+		if side, err = upstreamOrder(reorder(sl, OrderGPUSlice), fleet, whole); err != nil {
 			return res, fmt.Errorf("stock allocator, whole GPUs: %w", err)
 		}
 		side.Order = OrderNVIDIAWhole
@@ -163,17 +168,27 @@ func CompareOrder(mix OrderMix, nodes, claims int, seed uint64) (OrderResult, er
 		if len(mix.SharesGiB) > 0 {
 			break
 		}
-		side, err := upstreamOrder(reorder(slices, order), fleet, rcs)
+		side, err := upstreamOrder(reorder(sl, order), fleet, rcs)
 		if err != nil {
 			return res, fmt.Errorf("stock allocator, %s order: %w", order, err)
 		}
 		side.Order = order
 		res.Sides = append(res.Sides, side)
 	}
-	side, err := gpusliceOrder(slices, fleet, rcs, cat)
+	side, err := gpusliceOrder(sl, fleet, rcs, cat)
 	if err != nil {
 		return res, fmt.Errorf("gpuslice allocator: %w", err)
 	}
+	res.Sides = append(res.Sides, side)
+	// The same claims known up front, biggest first (first-fit
+	// decreasing through gpuslice's allocator): what planning them
+	// together, rather than as they arrive, reaches.
+	sorted := slices.Clone(rcs)
+	sort.SliceStable(sorted, func(i, j int) bool { return sizes[sorted[i].Name] > sizes[sorted[j].Name] })
+	if side, err = gpusliceOrder(sl, fleet, sorted, cat); err != nil {
+		return res, fmt.Errorf("gpuslice allocator, biggest first: %w", err)
+	}
+	side.Order = OrderKnownBiggestFirst
 	res.Sides = append(res.Sides, side)
 	return res, nil
 }
@@ -181,13 +196,17 @@ func CompareOrder(mix OrderMix, nodes, claims int, seed uint64) (OrderResult, er
 // orderClaims draws the mix's claims as a user writes them: ResourceClaims
 // of the MIG class selecting a profile or a memory size, or of the shared
 // class asking for memory.
-func orderClaims(mix OrderMix, n int, seed uint64) []*resourceapi.ResourceClaim {
+//
+// sizes orders the claims for first-fit decreasing: compute slices, then
+// memory, of the profile; or the memory asked.
+func orderClaims(mix OrderMix, n int, seed uint64) (claims []*resourceapi.ResourceClaim, sizes map[string]float64) {
+	sizes = map[string]float64{}
 	rng := rand.New(rand.NewPCG(seed, 0x6f72646572))
 	total := 0
 	for _, w := range mix.Weights {
 		total += w
 	}
-	out := make([]*resourceapi.ResourceClaim, 0, n)
+	claims = make([]*resourceapi.ResourceClaim, 0, n)
 	for i := range n {
 		k, r := 0, rng.IntN(total)
 		for r >= mix.Weights[k] {
@@ -202,21 +221,26 @@ func orderClaims(mix OrderMix, n int, seed uint64) []*resourceapi.ResourceClaim 
 		}
 		switch {
 		case len(mix.SharesGiB) > 0:
+			sizes[name] = float64(mix.SharesGiB[k])
 			req.DeviceClassName = dradriver.ClassShared
 			req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
 				"memory": *resource.NewQuantity(int64(mix.SharesGiB[k])<<30, resource.BinarySI)}}
 		case len(mix.MIGMemoryGiB) > 0:
+			sizes[name] = float64(mix.MIGMemoryGiB[k])
 			req.Selectors = cel(fmt.Sprintf("device.capacity[%q].memory.compareTo(quantity(%q)) >= 0", dradriver.DriverName, fmt.Sprintf("%dGi", mix.MIGMemoryGiB[k])))
 		default:
+			var g, gb float64
+			fmt.Sscanf(mix.Profiles[k], "%fg.%fgb", &g, &gb)
+			sizes[name] = g*1000 + gb
 			req.Selectors = cel(fmt.Sprintf("device.attributes[%q].profile == %q", dradriver.DriverName, mix.Profiles[k]))
 		}
-		out = append(out, &resourceapi.ResourceClaim{
+		claims = append(claims, &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench", UID: types.UID("uid-" + name)},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 				Name: "gpu", Exactly: &req}}}},
 		})
 	}
-	return out
+	return claims, sizes
 }
 
 // reorder copies slices with each GPU's MIG devices in order (the whole
