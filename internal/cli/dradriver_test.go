@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -154,6 +155,41 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 		select {
 		case <-ctx.Done():
 			t.Fatalf("no copies for namespace late\n%s", errOut.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// A claim in ml holds team-ml's copy of GPU 7 (allocated as the stock
+	// scheduler writes it); ml is then relabelled team-ml2, so no namespace
+	// names team-ml any more: its copy stays published while the claim
+	// holds it (dropping it would free the GPU's counters under the claim),
+	// and team-ml2 gets copies too.
+	held := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: "ml"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dradriver.ClassShared, AllocationMode: resourceapi.DeviceAllocationModeExactCount,
+				Count: 1, Tolerations: []resourceapi.DeviceToleration{dradriver.TenantToleration("team-ml")}}}}}}}
+	held, err = cs.ResourceV1().ResourceClaims("ml").Create(ctx, held, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "gpu", Driver: dradriver.DriverName, Pool: "gpu-1", Device: dradriver.SharedDeviceName(7, "team-ml")}}}}
+	if _, err := cs.ResourceV1().ResourceClaims("ml").UpdateStatus(ctx, held, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if ml, err = cs.CoreV1().Namespaces().Get(ctx, "ml", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ml.Labels[dradriver.TenantKey] = "team-ml2"
+	if _, err := cs.CoreV1().Namespaces().Update(ctx, ml, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if ok, _ := published(append(tenants, "late", "team-ml2")...); ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("after relabelling ml: team-ml's held copy or team-ml2's copies missing\n%s", errOut.String())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

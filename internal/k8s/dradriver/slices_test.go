@@ -3,6 +3,7 @@ package dradriver
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -347,4 +348,79 @@ func TestHealthTaintsKeepTenantTaints(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A claim allocated a tenant's copy keeps that tenant published: found by
+// the copy's name and the claim's own toleration, only for this driver and
+// pool; a toleration that does not name the copy's tenant (or a claim not
+// allocated) holds nothing.
+func TestAllocatedTenants(t *testing.T) {
+	claim := func(name string, tol []string, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
+		var ts []resourceapi.DeviceToleration
+		for _, v := range tol {
+			ts = append(ts, TenantToleration(v))
+		}
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: ClassShared, Tolerations: ts}}}}}}
+		if results != nil {
+			c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}
+		}
+		return c
+	}
+	res := func(driver, pool, device string) resourceapi.DeviceRequestAllocationResult {
+		return resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: driver, Pool: pool, Device: device}
+	}
+	claims := []*resourceapi.ResourceClaim{
+		claim("a", []string{"team-a"}, res(DriverName, "node-1", SharedDeviceName(2, "team-a"))),
+		claim("a-again", []string{"team-a"}, res(DriverName, "node-1", SharedDeviceName(0, "team-a"))),
+		claim("b-other-node", []string{"team-b"}, res(DriverName, "node-2", SharedDeviceName(0, "team-b"))),
+		claim("c-other-driver", []string{"team-c"}, res("gpu.nvidia.com", "node-1", SharedDeviceName(0, "team-c"))),
+		claim("d-wrong-toleration", []string{"team-x"}, res(DriverName, "node-1", SharedDeviceName(1, "team-d"))),
+		claim("e-pending", []string{"team-e"}),
+		claim("f-whole-gpu", []string{"team-f"}, res(DriverName, "node-1", "gpu-3")),
+		claim("g", []string{"team-g"}, res(DriverName, "node-1", SharedDeviceName(11, "team-g"))),
+	}
+	if got := AllocatedTenants(claims, "node-1"); !slices.Equal(got, []string{"team-a", "team-g"}) {
+		t.Fatalf("held %v, want [team-a team-g]", got)
+	}
+}
+
+// Held tenants are never the ones dropped for room, and are kept even when
+// no namespace names them any more.
+func TestTenantsHolding(t *testing.T) {
+	var static []string
+	for i := range MaxTenants {
+		static = append(static, fmt.Sprintf("a-%03d", i))
+	}
+	kept, dropped := TenantsHolding(nil, static, []string{"zz-held"})
+	if len(kept) != MaxTenants || !slices.Contains(kept, "zz-held") || !slices.Equal(dropped, []string{fmt.Sprintf("a-%03d", MaxTenants-1)}) {
+		t.Fatalf("kept %d (held in: %v), dropped %v", len(kept), slices.Contains(kept, "zz-held"), dropped)
+	}
+	kept, dropped = TenantsHolding([]*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}}, nil, []string{"old"})
+	if !slices.Equal(kept, []string{"ns", "old"}) || dropped != nil {
+		t.Fatalf("kept %v dropped %v", kept, dropped)
+	}
+}
+
+// AllocatedTenants reads device names and tolerations from the API server
+// (any string): it never panics, and names only tenants the claim
+// tolerates whose copy it holds.
+func FuzzAllocatedTenants(f *testing.F) {
+	f.Add("team-a", SharedDeviceName(3, "team-a"), "node-1")
+	f.Add("x", "gpu-1-shared-t-", "node-1")
+	f.Add("", "gpu--1-shared-t-zz", "")
+	f.Fuzz(func(t *testing.T, tenant, device, pool string) {
+		c := &resourceapi.ResourceClaim{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{Tolerations: []resourceapi.DeviceToleration{TenantToleration(tenant)}}}}}},
+			Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+				Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: DriverName, Pool: pool, Device: device}}}}}}
+		for _, got := range AllocatedTenants([]*resourceapi.ResourceClaim{c}, pool) {
+			var i int
+			var h string
+			if n, _ := fmt.Sscanf(device, "gpu-%d-shared-t-%s", &i, &h); got != tenant || n != 2 || SharedDeviceName(i, got) != device {
+				t.Fatalf("tenant %q from device %q, toleration %q", got, device, tenant)
+			}
+		}
+	})
 }

@@ -129,24 +129,89 @@ func tenantCopies(shared resourceapi.Device, index int, tenants []string) []reso
 	return out
 }
 
+// AllocatedTenants is the tenants whose copies of pool's shared GPUs
+// claims hold: a result of this driver in pool on a device named
+// SharedDeviceName(i, t), where t is a tenant the claim's requests
+// tolerate (the webhook gives each claim its own tenant's toleration and
+// refuses others). A driver keeps publishing these copies whatever the
+// namespaces say now: dropping a held copy would free the GPU's counters
+// under a claim that is allocated, prepared or not. Sorted. Pure.
+func AllocatedTenants(claims []*resourceapi.ResourceClaim, pool string) []string {
+	var out []string
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		var tolerated []string
+		add := func(ts []resourceapi.DeviceToleration) {
+			for _, t := range ts {
+				if t.Key == TenantKey && t.Operator == resourceapi.DeviceTolerationOpEqual && t.Value != "" {
+					tolerated = append(tolerated, t.Value)
+				}
+			}
+		}
+		for _, r := range c.Spec.Devices.Requests {
+			if r.Exactly != nil {
+				add(r.Exactly.Tolerations)
+			}
+			for _, sub := range r.FirstAvailable {
+				add(sub.Tolerations)
+			}
+		}
+		for _, res := range c.Status.Allocation.Devices.Results {
+			var index int
+			var hash string
+			if res.Driver != DriverName || res.Pool != pool {
+				continue
+			}
+			if n, _ := fmt.Sscanf(res.Device, "gpu-%d-shared-t-%s", &index, &hash); n != 2 {
+				continue
+			}
+			for _, t := range tolerated {
+				if SharedDeviceName(index, t) == res.Device {
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // TenantsOf is the tenants a node publishes copies for: static (the
 // driver's --tenants) and the tenant of every namespace (TenantOf), in
 // name order, the first MaxTenants kept and the rest returned as dropped
 // (their claims find no shared GPU: they wait, they never mix). Names that
 // are no valid tenant are dropped too. Pure.
 func TenantsOf(namespaces []*corev1.Namespace, static []string) (kept, dropped []string) {
+	return TenantsHolding(namespaces, static, nil)
+}
+
+// TenantsHolding is TenantsOf with held (AllocatedTenants) kept first:
+// a tenant whose copy a claim holds is never the one dropped for room.
+func TenantsHolding(namespaces []*corev1.Namespace, static, held []string) (kept, dropped []string) {
 	all := slices.Clone(static)
 	for _, ns := range namespaces {
 		all = append(all, TenantOf(ns))
 	}
+	all = append(all, held...)
 	slices.Sort(all)
 	all = slices.Compact(all)
+	room := MaxTenants
+	for _, t := range all {
+		if slices.Contains(held, t) && CheckTenant(t) == nil {
+			room--
+		}
+	}
 	for _, t := range all {
 		switch {
 		case CheckTenant(t) != nil:
 			dropped = append(dropped, t)
-		case len(kept) < MaxTenants:
+		case slices.Contains(held, t):
 			kept = append(kept, t)
+		case room > 0:
+			kept = append(kept, t)
+			room--
 		default:
 			dropped = append(dropped, t)
 		}

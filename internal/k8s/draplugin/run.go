@@ -95,9 +95,10 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) error {
 	}
 }
 
-// watchTenants follows the cluster's namespaces and sets the driver's
-// tenants to static plus theirs after every change (changes coalesce: one
-// recomputation covers all that came before it). It returns once the
+// watchTenants follows the cluster's namespaces (and the claims holding
+// tenant copies of this node's shared GPUs: dradriver.AllocatedTenants)
+// and sets the driver's tenants to static plus theirs after every change
+// (changes coalesce: one recomputation covers all that came before it). It returns once the
 // namespaces are listed and the first set is published, with stop, which
 // ends the watch and waits until nothing more is published or logged.
 func watchTenants(parent context.Context, d *Driver, kube kubernetes.Interface, static []string, log *slog.Logger) (stop func(), err error) {
@@ -116,6 +117,7 @@ func watchTenants(parent context.Context, d *Driver, kube kubernetes.Interface, 
 		}
 	}()
 	inf := factory.Core().V1().Namespaces()
+	claimInf := factory.Resource().V1().ResourceClaims()
 	changed := make(chan struct{}, 1)
 	poke := func(any) {
 		select {
@@ -127,16 +129,27 @@ func watchTenants(parent context.Context, d *Driver, kube kubernetes.Interface, 
 		UpdateFunc: func(_, n any) { poke(n) }, DeleteFunc: poke}); err != nil {
 		return nil, err
 	}
+	// A claim allocated one of the node's tenant copies keeps that copy
+	// published, even once no namespace names its tenant any more.
+	if _, err := claimInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke,
+		UpdateFunc: func(_, n any) { poke(n) }, DeleteFunc: poke}); err != nil {
+		return nil, err
+	}
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
-		return nil, errors.New("draplugin: namespaces never listed")
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced, claimInf.Informer().HasSynced) {
+		return nil, errors.New("draplugin: namespaces or resource claims never listed")
 	}
 	apply := func() error {
 		nss, err := inf.Lister().List(labels.Everything())
 		if err != nil {
 			return err
 		}
-		kept, dropped := dradriver.TenantsOf(nss, static)
+		claims, err := claimInf.Lister().List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		held := dradriver.AllocatedTenants(claims, d.cfg.Node)
+		kept, dropped := dradriver.TenantsHolding(nss, static, held)
 		if len(dropped) > 0 {
 			log.Warn("tenants without copies of the shared GPUs: their shared claims wait", "dropped", dropped, "max", dradriver.MaxTenants)
 		}
