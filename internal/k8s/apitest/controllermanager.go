@@ -121,13 +121,8 @@ func startControllerManager(ctx context.Context, s *Server, bin, tmp string, opt
 	if gates == "" {
 		gates = FeatureGates
 	}
-	var last error
-	for attempt := 1; attempt <= 3; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			return nil, err
-		}
-		args := append([]string{
+	proc, logFile, err := startComponent(ctx, "kube-controller-manager", bin, tmp, "/healthz", 90*time.Second, func(port int) []string {
+		return append([]string{
 			"--kubeconfig=" + kubeconfig,
 			"--authentication-kubeconfig=" + kubeconfig,
 			"--authorization-kubeconfig=" + kubeconfig,
@@ -135,7 +130,7 @@ func startControllerManager(ctx context.Context, s *Server, bin, tmp string, opt
 			"--leader-elect=false",
 			"--controllers=" + strings.Join(controllers, ","),
 			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(ports[0]),
+			"--secure-port=" + strconv.Itoa(port),
 			"--cert-dir=" + filepath.Join(tmp, "controller-manager-certs"),
 			"--feature-gates=" + gates,
 			"--kube-api-qps=200",
@@ -143,22 +138,9 @@ func startControllerManager(ctx context.Context, s *Server, bin, tmp string, opt
 			"--profiling=false",
 			"--v=2",
 		}, opts.Args...)
-		logFile := filepath.Join(tmp, fmt.Sprintf("kube-controller-manager-%d.log", attempt))
-		proc, err := startProcess("kube-controller-manager", bin, logFile, args...)
-		if err != nil {
-			return nil, err
-		}
-		cm := &ControllerManager{LogFile: logFile, proc: proc}
-		url := "https://127.0.0.1:" + strconv.Itoa(ports[0]) + "/healthz"
-		last = proc.waitUntil(ctx, 90*time.Second, func(ctx context.Context) error { return schedulerReady(ctx, url) })
-		if last == nil {
-			return cm, nil
-		}
-		if attempt < 3 && strings.Contains(proc.tail(4000), "address already in use") {
-			cm.Stop()
-			continue
-		}
-		return cm, fmt.Errorf("kube-controller-manager did not become healthy: %w", last)
+	})
+	if proc == nil {
+		return nil, err
 	}
-	return nil, last
+	return &ControllerManager{LogFile: logFile, proc: proc}, err
 }

@@ -127,46 +127,59 @@ func startScheduler(ctx context.Context, s *Server, tmp string, opts SchedulerOp
 	if gates == "" {
 		gates = FeatureGates
 	}
-	var last error
-	for attempt := 1; attempt <= 3; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			return nil, err
-		}
-		args := append([]string{
+	bin := opts.Binary
+	if bin == "" {
+		bin = filepath.Join(s.BinDir, "kube-scheduler")
+	}
+	proc, logFile, err := startComponent(ctx, filepath.Base(bin), bin, tmp, "/readyz", 60*time.Second, func(port int) []string {
+		return append([]string{
 			"--config=" + configFile,
 			"--authentication-kubeconfig=" + kubeconfig,
 			"--authorization-kubeconfig=" + kubeconfig,
 			"--authentication-skip-lookup=true",
 			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(ports[0]),
+			"--secure-port=" + strconv.Itoa(port),
 			"--cert-dir=" + filepath.Join(tmp, "scheduler-certs"),
 			"--feature-gates=" + gates,
 			"--profiling=false",
 			"--v=2",
 		}, opts.Args...)
-		logFile := filepath.Join(tmp, fmt.Sprintf("kube-scheduler-%d.log", attempt))
-		bin := opts.Binary
-		if bin == "" {
-			bin = filepath.Join(s.BinDir, "kube-scheduler")
-		}
-		proc, err := startProcess(filepath.Base(bin), bin, logFile, args...)
+	})
+	if proc == nil {
+		return nil, err
+	}
+	return &Scheduler{ConfigFile: configFile, LogFile: logFile, proc: proc}, err
+}
+
+// startComponent starts a control-plane component (kube-scheduler,
+// kube-controller-manager) serving HTTPS on a free port and waits until
+// path answers; a start that lost its port to another process is retried
+// (three attempts). A component that started but never became healthy is
+// returned with the error, for its log.
+func startComponent(ctx context.Context, name, bin, tmp, path string, wait time.Duration, args func(port int) []string) (*process, string, error) {
+	var last error
+	for attempt := 1; attempt <= 3; attempt++ {
+		ports, err := freePorts(1)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		sc := &Scheduler{ConfigFile: configFile, LogFile: logFile, proc: proc}
-		url := "https://127.0.0.1:" + strconv.Itoa(ports[0]) + "/readyz"
-		last = proc.waitUntil(ctx, 60*time.Second, func(ctx context.Context) error { return schedulerReady(ctx, url) })
+		logFile := filepath.Join(tmp, fmt.Sprintf("%s-%d.log", name, attempt))
+		proc, err := startProcess(name, bin, logFile, args(ports[0])...)
+		if err != nil {
+			return nil, "", err
+		}
+		url := "https://127.0.0.1:" + strconv.Itoa(ports[0]) + path
+		last = proc.waitUntil(ctx, wait, func(ctx context.Context) error { return schedulerReady(ctx, url) })
 		if last == nil {
-			return sc, nil
+			return proc, logFile, nil
 		}
 		if attempt < 3 && strings.Contains(proc.tail(4000), "address already in use") {
-			sc.Stop()
+			proc.stop()
 			continue
 		}
-		return sc, fmt.Errorf("kube-scheduler did not become ready: %w", last)
+		return proc, logFile, fmt.Errorf("%s did not become ready: %w", name, last)
 	}
-	return nil, last
+	return nil, "", last
 }
 
 // schedulerConfig merges opts into a KubeSchedulerConfiguration that
