@@ -290,6 +290,9 @@ func checkDriver(t *testing.T, r rendered, vals map[string]any) {
 	if d, ok := vals["driver"].(map[string]any); ok && d["tenants"] != nil && isolation(vals) && !slices.Contains(args, "--tenants=team-a,team-b") {
 		t.Errorf("driver args %v: want --tenants=team-a,team-b", args)
 	}
+	if d, ok := vals["driver"].(map[string]any); ok && d["xidNoSchedule"] != nil && !slices.Contains(args, "--xid-noschedule=63,92") {
+		t.Errorf("driver args %v: want --xid-noschedule=63,92", args)
+	}
 	if args[0] != "dra-driver" {
 		t.Fatalf("driver args %v: want dra-driver first", args)
 	}
