@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -131,8 +133,12 @@ func watchTenants(parent context.Context, d *Driver, kube kubernetes.Interface, 
 	}
 	// A claim allocated one of the node's tenant copies keeps that copy
 	// published, even once no namespace names its tenant any more.
-	if _, err := claimInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: poke,
-		UpdateFunc: func(_, n any) { poke(n) }, DeleteFunc: poke}); err != nil {
+	// Only claims holding one of them wake the recomputation: a busy
+	// cluster's other claims cost this node nothing but the informer.
+	if _, err := claimInf.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
+		FilterFunc: func(obj any) bool { return holdsTenantCopy(obj, d.cfg.Node) },
+		Handler: cache.ResourceEventHandlerFuncs{AddFunc: poke,
+			UpdateFunc: func(_, n any) { poke(n) }, DeleteFunc: poke}}); err != nil {
 		return nil, err
 	}
 	factory.Start(ctx.Done())
@@ -173,4 +179,25 @@ func watchTenants(parent context.Context, d *Driver, kube kubernetes.Interface, 
 		}
 	}()
 	return stop, nil
+}
+
+// holdsTenantCopy reports whether obj (a ResourceClaim, or a deleted one's
+// tombstone) is allocated a tenant copy of a shared GPU in pool. An update
+// passes the filter when either its old or its new version does
+// (client-go's FilteringResourceEventHandler turns those into adds and
+// deletes).
+func holdsTenantCopy(obj any, pool string) bool {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	c, ok := obj.(*resourceapi.ResourceClaim)
+	if !ok || c.Status.Allocation == nil {
+		return false
+	}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver == dradriver.DriverName && r.Pool == pool && strings.Contains(r.Device, "-shared-t-") {
+			return true
+		}
+	}
+	return false
 }

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/gpu"
@@ -536,5 +537,32 @@ func TestSetTenantsWhilePreparing(t *testing.T) {
 	}
 	if len(copies) != 2 || !copies["keep"] || !copies["last"] {
 		t.Fatalf("tenants with copies %v, want keep (a claim is prepared) and last", copies)
+	}
+}
+
+// Only claims allocated a tenant copy in this pool wake the tenant
+// recomputation (tombstones of deleted ones too).
+func TestHoldsTenantCopy(t *testing.T) {
+	claim := func(pool, device string) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+				Request: "gpu", Driver: dradriver.DriverName, Pool: pool, Device: device}}}}}}
+	}
+	copyName := dradriver.SharedDeviceName(1, "team-a")
+	for _, c := range []struct {
+		obj  any
+		want bool
+	}{
+		{claim("node-1", copyName), true},
+		{cache.DeletedFinalStateUnknown{Key: "ns/c", Obj: claim("node-1", copyName)}, true},
+		{claim("node-2", copyName), false},
+		{claim("node-1", "gpu-1-shared"), false},
+		{claim("node-1", "gpu-1"), false},
+		{&resourceapi.ResourceClaim{}, false},
+		{"not a claim", false},
+	} {
+		if got := holdsTenantCopy(c.obj, "node-1"); got != c.want {
+			t.Errorf("%+v: %v, want %v", c.obj, got, c.want)
+		}
 	}
 }
