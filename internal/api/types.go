@@ -28,9 +28,25 @@ func (s ClaimState) Final() bool { return s == Released || s == Failed }
 type Tenant struct {
 	Name string `json:"name"`
 	// MemoryMiB and ComputePercent are quotas (0 = unlimited).
-	MemoryMiB      int64     `json:"memoryMiB,omitempty"`
-	ComputePercent int       `json:"computePercent,omitempty"`
-	Created        time.Time `json:"created"`
+	MemoryMiB      int64 `json:"memoryMiB,omitempty"`
+	ComputePercent int   `json:"computePercent,omitempty"`
+	// MaxPriority is the highest claim priority the tenant may ask for,
+	// set by an admin (default 0: no tenant outranks another).
+	MaxPriority int `json:"maxPriority,omitempty"`
+	// Commands are what the tenant's services may run, set by an admin:
+	// a tenant token may put a service only with one of these commands
+	// (an admin token may put any). Empty: the tenant runs no services.
+	Commands []AllowedCommand `json:"commands,omitempty"`
+	Created  time.Time        `json:"created"`
+}
+
+// AllowedCommand is one command a tenant's services may run: the whole
+// argv, matched exactly, and the environment variables the tenant may set
+// on it (none unless listed).
+type AllowedCommand struct {
+	Command []string `json:"command"`
+	// Env names the variables a tenant's service may set for it.
+	Env []string `json:"env,omitempty"`
 }
 
 // Token is an API credential. The secret is shown once at creation and
