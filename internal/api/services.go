@@ -16,6 +16,13 @@ type Service struct {
 	Status  ServiceStatus `json:"status"`
 	Created time.Time     `json:"created"`
 	Updated time.Time     `json:"updated"`
+	// PutBy is the role of the token that last put the spec: a tenant's
+	// spec runs only while its command is one the admin allows the tenant
+	// (Tenant.Commands); an admin's runs as put.
+	PutBy Role `json:"putBy,omitempty"`
+	// Disabled says why no replica of the service runs (its command is no
+	// longer allowed to its tenant); empty when it runs.
+	Disabled string `json:"disabled,omitempty"`
 }
 
 // ServiceSpec is what a user asks for.

@@ -95,6 +95,17 @@ type ClaimSpec struct {
 	// hold (even empty), for nodes that may join. Without it such a claim
 	// is refused at once (422), saying why.
 	WaitForNodes bool `json:"waitForNodes,omitempty"`
+	// LeaseSeconds makes the claim last only while its holder renews it
+	// (POST /v1/claims/{id}/renew, at least every LeaseSeconds): a claim
+	// not renewed for LeaseSeconds plus the server's grace
+	// (serve --lease-grace) is released. gpuslice run and serve's
+	// replicas always hold one; 0: no lease (the claim lasts until
+	// released). 1..3600.
+	LeaseSeconds int `json:"leaseSeconds,omitempty"`
+	// Service names the service whose replica this claim is: set by
+	// serve's services controller (admin tokens only), so a restarted
+	// controller finds and releases the claims of the replicas it lost.
+	Service string `json:"service,omitempty"`
 }
 
 // Claim is a request and its state.
@@ -114,6 +125,9 @@ type Claim struct {
 	QueuePosition int `json:"queuePosition,omitempty"`
 	// Used is what the claim's processes used, as its agents report it.
 	Used *Consumption `json:"used,omitempty"`
+	// LeaseExpires is when a leased live claim is released unless renewed
+	// (answers only; the server's grace comes on top).
+	LeaseExpires *time.Time `json:"leaseExpires,omitempty"`
 }
 
 // NodeState is a node's health as the server sees it.

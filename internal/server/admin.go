@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/state"
@@ -45,6 +46,10 @@ func (srv *Server) putTenant(w http.ResponseWriter, r *http.Request, p principal
 		writeError(w, errField("memoryMiB", "quotas cannot be negative (0 = unlimited)"))
 		return
 	}
+	if err := checkCommands(t.Commands); err != nil {
+		writeError(w, err)
+		return
+	}
 	t.Name = name
 	err := srv.update(r.Context(), func(tx state.Tx) error {
 		old, err := tx.GetTenant(name)
@@ -55,6 +60,31 @@ func (srv *Server) putTenant(w http.ResponseWriter, r *http.Request, p principal
 		}
 		if err := tx.PutTenant(t); err != nil {
 			return err
+		}
+		// The tenant's services follow its allow-list at once: one whose
+		// command it may no longer run stops (and starts again if allowed
+		// again).
+		svcs, err := tx.ListServices()
+		if err != nil {
+			return err
+		}
+		for _, s := range svcs {
+			if s.Tenant != name {
+				continue
+			}
+			if why := disabledWhy(t, s); why != s.Disabled {
+				s.Disabled = why
+				if err := tx.PutService(s); err != nil {
+					return err
+				}
+				msg := "service " + s.Name + " may run again"
+				if why != "" {
+					msg = "service " + s.Name + " stopped: " + why
+				}
+				if err := tx.AppendEvent(&api.Event{Time: srv.cfg.Clock(), Kind: "service.disabled", Tenant: name, Message: msg}); err != nil {
+					return err
+				}
+			}
 		}
 		tx.OnCommit(func() { srv.cache.putTenant(t) })
 		return nil
@@ -97,6 +127,21 @@ func (srv *Server) deleteTenant(w http.ResponseWriter, r *http.Request, p princi
 		}
 		if len(live) > 0 {
 			return errStatus(http.StatusConflict, "tenant %s has live claims; release them first", name)
+		}
+		// Its services go first, by hand: a namesake created later must
+		// inherit nothing, and deleting a service stops its replicas.
+		svcs, err := tx.ListServices()
+		if err != nil {
+			return err
+		}
+		var own []string
+		for _, s := range svcs {
+			if s.Tenant == name {
+				own = append(own, s.Name)
+			}
+		}
+		if len(own) > 0 {
+			return errStatus(http.StatusConflict, "tenant %s has services (%s); delete them first (gpuslice services rm NAME)", name, strings.Join(own, ", "))
 		}
 		tokens, err := tx.ListTokens()
 		if err != nil {

@@ -93,6 +93,9 @@ func (srv *Server) Tick(ctx context.Context) error {
 	if err := srv.sweep(ctx); err != nil {
 		return err
 	}
+	if err := srv.expireLeases(ctx); err != nil {
+		return err
+	}
 	srv.retryPending(ctx)
 	return nil
 }

@@ -38,6 +38,10 @@ func (srv *Server) createClaim(w http.ResponseWriter, r *http.Request, p princip
 		return
 	}
 	c.ID = "c-" + id
+	if c.Spec.Service != "" && p.role != api.RoleAdmin {
+		writeError(w, errField("service", "set by serve's services controller only; leave it empty"))
+		return
+	}
 	if err := srv.validateClaim(&c); err != nil {
 		writeError(w, err)
 		return
@@ -104,6 +108,14 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 	if err := tx.CreateClaim(c); err != nil {
 		return err
 	}
+	if c.Spec.LeaseSeconds > 0 {
+		// The answer carries the lease; the table takes it once the claim
+		// is durable (nobody can renew it before: nobody knows its id).
+		id, ttl := c.ID, leaseTTL(*c)
+		exp := start.Add(ttl)
+		c.LeaseExpires = &exp
+		tx.OnCommit(func() { srv.leases.set(id, ttl, start) })
+	}
 	ev := api.Event{Time: c.Created, Kind: "created", Claim: c.ID, Tenant: c.Tenant, Message: describeClaim(c)}
 	if err := tx.AppendEvent(&ev); err != nil {
 		return err
@@ -161,6 +173,12 @@ func (srv *Server) validateClaim(c *api.Claim) error {
 	if c.Spec.Node != "" && !validName.MatchString(c.Spec.Node) {
 		return errField("node", "node name %q: lowercase letters, digits, '.', '_' and '-', 1–63 characters", c.Spec.Node)
 	}
+	if c.Spec.LeaseSeconds < 0 || c.Spec.LeaseSeconds > MaxLeaseSeconds {
+		return errField("leaseSeconds", "%d: want 1..%d seconds (0: no lease)", c.Spec.LeaseSeconds, MaxLeaseSeconds)
+	}
+	if c.Spec.Service != "" && !validName.MatchString(c.Spec.Service) {
+		return errField("service", "service name %q: lowercase letters, digits, '.', '_' and '-', 1–63 characters", c.Spec.Service)
+	}
 	return nil
 }
 
@@ -203,6 +221,12 @@ func (srv *Server) decorate(cs ...*api.Claim) {
 	any := false
 	for _, c := range cs {
 		any = any || c.State == api.Pending
+		if c.Spec.LeaseSeconds > 0 && !c.State.Final() {
+			if x, ok := srv.leases.get(c.ID); ok {
+				exp := x.expires
+				c.LeaseExpires = &exp
+			}
+		}
 	}
 	if !any {
 		return
@@ -360,60 +384,73 @@ func readClaimLocked(tx state.Tx, p principal, id string) (api.Claim, error) {
 }
 
 // finish moves a live claim to a final state (released or failed) in one
-// transaction: the claim is read there, its devices or its place in the
-// queue go back, a released claim's set-up that was never made is
-// dropped (the state is rebuilt from the live allocations), and the queue
-// is retried. A claim already in that final state is answered as it is;
-// one in the other final state is a 409.
+// transaction (finishLocked), then retries the queue in it when devices or
+// a held node came free. A claim already in that final state is answered
+// as it is; one in the other final state is a 409.
 func (srv *Server) finish(r *http.Request, p principal, to api.ClaimState, reason string) (api.Claim, error) {
 	id := r.PathValue("id")
 	var out api.Claim
 	err := srv.update(r.Context(), func(tx state.Tx) error {
-		s := srv.sched
-		c, err := readClaimLocked(tx, p, id)
+		c, _, freed, err := srv.finishLocked(tx, p, id, to, reason)
 		if err != nil {
 			return err
 		}
-		if c.State.Final() {
-			if c.State == to {
-				out = c
-				return nil
-			}
-			return conflict(&c, "claim %s is already %s; it cannot become %s", c.ID, c.State, to)
-		}
-		was, before := c.State, c
-		c.State, c.Reason = to, reason
-		now := srv.cfg.Clock()
-		if err := srv.writeClaim(tx, &c, string(to), now); err != nil {
-			return err
-		}
-		unmade, freed := false, true
-		if was == api.Pending {
-			// Nothing comes free, unless the queue was held for this claim.
-			freed = s.reserved != nil && s.reserved.claim.ID == c.ID
-			s.removePending(c.ID)
-			delete(s.reasons, c.ID)
-			delete(s.nominees, c.ID)
-		} else {
-			unmade = srv.unmade(s.st.Allocations()[c.ID])
-			if err := s.st.Release(c.ID); err != nil {
-				srv.log.Warn("release: claim was not in the allocator's state", "claim", c.ID, "err", err)
-				unmade = true
-			}
-		}
-		s.account(&before, -1)
 		out = c
-		if unmade {
-			if err := srv.rebuildLocked(tx); err != nil {
-				return err
-			}
-		}
 		if !freed {
 			return nil
 		}
 		return srv.retryLocked(tx)
 	})
 	return out, err
+}
+
+// finishLocked ends a live claim inside tx: the claim is read there, its
+// devices or its place in the queue go back, a released claim's set-up
+// that was never made is dropped (the state is rebuilt from the live
+// allocations), and its lease goes. changed says the claim was live;
+// freed that the queue should be retried. The caller holds the
+// scheduler's lock (Server.update).
+func (srv *Server) finishLocked(tx state.Tx, p principal, id string, to api.ClaimState, reason string) (out api.Claim, changed, freed bool, err error) {
+	s := srv.sched
+	c, err := readClaimLocked(tx, p, id)
+	if err != nil {
+		return api.Claim{}, false, false, err
+	}
+	if c.State.Final() {
+		if c.State == to {
+			return c, false, false, nil
+		}
+		return api.Claim{}, false, false, conflict(&c, "claim %s is already %s; it cannot become %s", c.ID, c.State, to)
+	}
+	was, before := c.State, c
+	c.State, c.Reason = to, reason
+	now := srv.cfg.Clock()
+	if err := srv.writeClaim(tx, &c, string(to), now); err != nil {
+		return api.Claim{}, false, false, err
+	}
+	unmade := false
+	freed = true
+	if was == api.Pending {
+		// Nothing comes free, unless the queue was held for this claim.
+		freed = s.reserved != nil && s.reserved.claim.ID == c.ID
+		s.removePending(c.ID)
+		delete(s.reasons, c.ID)
+		delete(s.nominees, c.ID)
+	} else {
+		unmade = srv.unmade(s.st.Allocations()[c.ID])
+		if err := s.st.Release(c.ID); err != nil {
+			srv.log.Warn("release: claim was not in the allocator's state", "claim", c.ID, "err", err)
+			unmade = true
+		}
+	}
+	s.account(&before, -1)
+	tx.OnCommit(func() { srv.leases.drop(c.ID) })
+	if unmade {
+		if err := srv.rebuildLocked(tx); err != nil {
+			return api.Claim{}, false, false, err
+		}
+	}
+	return c, true, freed, nil
 }
 
 // unmade reports whether an allocation holds layout changes its node has

@@ -463,7 +463,8 @@ func (srv *Server) deleteNode(w http.ResponseWriter, r *http.Request, p principa
 
 // sweepLoop marks nodes lost when they stop heartbeating; rebuild then
 // re-queues their claims (they are never placed twice: the lost node's
-// devices leave the allocator's fleet first).
+// devices leave the allocator's fleet first). It also releases claims
+// whose leases ran out (leases.go).
 func (srv *Server) sweepLoop(ctx context.Context) {
 	tick := time.NewTicker(max(srv.cfg.SweepInterval, time.Millisecond))
 	defer tick.Stop()
@@ -474,6 +475,9 @@ func (srv *Server) sweepLoop(ctx context.Context) {
 		case <-tick.C:
 			if err := srv.sweep(ctx); err != nil && ctx.Err() == nil {
 				srv.log.Error("sweeping lost nodes", "err", err)
+			}
+			if err := srv.expireLeases(ctx); err != nil && ctx.Err() == nil {
+				srv.log.Error("releasing claims whose leases expired", "err", err)
 			}
 		}
 	}

@@ -60,6 +60,10 @@ type Config struct {
 	// hours at 15s).
 	SampleInterval time.Duration
 	SeriesLength   int
+	// LeaseGrace is how long past its lease a leased claim is kept before
+	// it is released (default 10s; negative: none): a holder that renews
+	// a little late, or a client partitioned for a moment, keeps its claim.
+	LeaseGrace time.Duration
 }
 
 // Server is the control plane: API, auth, scheduling and metrics.
@@ -74,6 +78,8 @@ type Server struct {
 	metrics *metrics
 	// series holds the dashboard's samples (a bounded ring).
 	series *web.Series
+	// leases are the leased live claims' expiries (leases.go).
+	leases leaseTable
 	// cache holds tokens and tenants: the server is the store's only
 	// writer, so it keeps them current on every change it makes.
 	cache cache
@@ -175,12 +181,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.SeriesLength <= 0 {
 		cfg.SeriesLength = 1440
 	}
+	if cfg.LeaseGrace == 0 {
+		cfg.LeaseGrace = 10 * time.Second
+	}
+	cfg.LeaseGrace = max(cfg.LeaseGrace, 0)
 	srv := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, sched: newScheduler(), series: web.NewSeries(cfg.SeriesLength)}
+	srv.leases.m = map[string]lease{}
 	srv.metrics = newMetrics(srv)
 	if err := srv.loadCache(ctx); err != nil {
 		return nil, err
 	}
 	if err := srv.rebuild(ctx); err != nil {
+		return nil, err
+	}
+	if err := srv.loadLeases(ctx); err != nil {
 		return nil, err
 	}
 	return srv, nil
@@ -218,6 +232,7 @@ func (srv *Server) Handler() http.Handler {
 	route("DELETE /v1/claims/{id}", users, srv.releaseClaim)
 	route("POST /v1/claims/{id}/running", users, srv.markRunning)
 	route("POST /v1/claims/{id}/failed", users, srv.markFailed)
+	route("POST /v1/claims/{id}/renew", users, srv.renewClaim)
 	route("GET /v1/events", users, srv.watchEvents)
 	route("GET /v1/usage", users, srv.usage)
 	route("GET /v1/nodes", users, srv.listNodes)

@@ -3,7 +3,11 @@ package server
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/api"
@@ -24,6 +28,22 @@ type PutServiceRequest struct {
 func ValidateServiceSpec(spec api.ServiceSpec) error {
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
 		return errField("command", "a service needs a command to run per replica, e.g. [python, serve.py]")
+	}
+	if len(spec.Command) > maxArgs {
+		return errField("command", "%d arguments: at most %d", len(spec.Command), maxArgs)
+	}
+	for i, a := range spec.Command {
+		if strings.ContainsRune(a, 0) {
+			return errField(fmt.Sprintf("command[%d]", i), "an argument cannot hold a NUL byte")
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		if err := checkEnvName("env."+k, k); err != nil {
+			return err
+		}
+		if strings.ContainsRune(spec.Env[k], 0) {
+			return errField("env."+k, "a value cannot hold a NUL byte")
+		}
 	}
 	if len(spec.Claim.Requests) == 0 {
 		return errField("claim.requests", "a replica's claim needs at least one request, e.g. {name: gpu, memoryMiB: 4096}")
@@ -64,6 +84,106 @@ func ValidateServiceSpec(spec api.ServiceSpec) error {
 	return nil
 }
 
+// Bounds of a tenant's allow-list.
+const (
+	maxAllowedCommands = 64
+	maxArgs            = 256
+)
+
+// envName is what a service's variable may be called.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// checkEnvName refuses a name that is no variable, or one the controller
+// sets for the replica: its devices (CUDA_VISIBLE_DEVICES, CUDA_MPS_*,
+// NVIDIA_VISIBLE_DEVICES), its port and GPUSLICE_CLAIM/REPLICA/SERVICE.
+func checkEnvName(field, k string) error {
+	switch {
+	case !envName.MatchString(k):
+		return errField(field, "%q: a variable name is letters, digits and '_', not starting with a digit", k)
+	case k == "PORT" || k == "CUDA_VISIBLE_DEVICES" || k == "NVIDIA_VISIBLE_DEVICES" || strings.HasPrefix(k, "CUDA_MPS_") ||
+		k == "GPUSLICE_CLAIM" || k == "GPUSLICE_REPLICA" || k == "GPUSLICE_SERVICE":
+		return errField(field, "%s is set by gpuslice for each replica (its devices, port and claim); it cannot be overridden", k)
+	}
+	return nil
+}
+
+// checkCommands validates a tenant's allow-list (PUT /v1/tenants).
+func checkCommands(cmds []api.AllowedCommand) error {
+	if len(cmds) > maxAllowedCommands {
+		return errField("commands", "%d commands: at most %d per tenant", len(cmds), maxAllowedCommands)
+	}
+	for i, c := range cmds {
+		f := fmt.Sprintf("commands[%d]", i)
+		if len(c.Command) == 0 || c.Command[0] == "" {
+			return errField(f+".command", "an allowed command is a whole argv, e.g. [python3, serve.py]")
+		}
+		if len(c.Command) > maxArgs {
+			return errField(f+".command", "%d arguments: at most %d", len(c.Command), maxArgs)
+		}
+		for j, a := range c.Command {
+			if strings.ContainsRune(a, 0) {
+				return errField(fmt.Sprintf("%s.command[%d]", f, j), "an argument cannot hold a NUL byte")
+			}
+		}
+		for j, k := range c.Env {
+			if err := checkEnvName(fmt.Sprintf("%s.env[%d]", f, j), k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// tenantMayRun says whether a tenant's token may run spec: its command is
+// one the admin allows the tenant (the whole argv), every variable it sets
+// is one that command lets the tenant set, its proxy port is unprivileged,
+// and it makes the server fetch no URL of the tenant's choosing. Admins
+// put anything. The error names the field and what an admin can allow.
+func tenantMayRun(t api.Tenant, spec api.ServiceSpec) error {
+	var allowed *api.AllowedCommand
+	for i := range t.Commands {
+		if slices.Equal(t.Commands[i].Command, spec.Command) {
+			allowed = &t.Commands[i]
+			break
+		}
+	}
+	if allowed == nil {
+		if len(t.Commands) == 0 {
+			return errStatus(http.StatusForbidden, "command %q: tenant %s may run no command; an admin allows commands per tenant (gpuslice tenants put %s --allow-command '...')", spec.Command, t.Name, t.Name)
+		}
+		var cmds []string
+		for _, c := range t.Commands {
+			cmds = append(cmds, fmt.Sprintf("%q", c.Command))
+		}
+		return &httpError{status: http.StatusForbidden, field: "command", msg: fmt.Sprintf("command %q is not one tenant %s may run (allowed: %s); an admin allows more", spec.Command, t.Name, strings.Join(cmds, ", "))}
+	}
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		if !slices.Contains(allowed.Env, k) {
+			return &httpError{status: http.StatusForbidden, field: "env." + k, msg: fmt.Sprintf("variable %s: tenant %s may set only %v on %q; an admin allows more", k, t.Name, allowed.Env, spec.Command)}
+		}
+	}
+	if p := spec.Autoscaling.TargetPort; p > 0 && p < 1024 {
+		return &httpError{status: http.StatusForbidden, field: "autoscaling.targetPort", msg: fmt.Sprintf("%d: a tenant's proxy listens on ports 1024..65535; a privileged port needs a service an admin puts", p)}
+	}
+	if spec.PrometheusURL != "" {
+		return &httpError{status: http.StatusForbidden, field: "prometheusURL", msg: "the server fetches prometheusURL from its own host: only an admin's service may set it"}
+	}
+	return nil
+}
+
+// disabledWhy is why a stored service runs no replica under its tenant
+// as it is now ("" when it may run): a tenant's spec whose command or
+// variables the admin no longer allows.
+func disabledWhy(t api.Tenant, s api.Service) string {
+	if s.PutBy != api.RoleTenant {
+		return ""
+	}
+	if err := tenantMayRun(t, s.Spec); err != nil {
+		return "not allowed to its tenant any more: " + err.Error()
+	}
+	return ""
+}
+
 // putService creates or replaces a service's spec; its status is kept.
 func (srv *Server) putService(w http.ResponseWriter, r *http.Request, p principal) {
 	name := r.PathValue("name")
@@ -85,6 +205,10 @@ func (srv *Server) putService(w http.ResponseWriter, r *http.Request, p principa
 		writeError(w, err)
 		return
 	}
+	if req.Claim.Service != "" || req.Claim.LeaseSeconds != 0 {
+		writeError(w, errField("claim.service", "a replica's claim gets its service and lease from the controller; leave service and leaseSeconds empty"))
+		return
+	}
 	// The replica's claim passes the same checks a claim does.
 	probe := api.Claim{Tenant: tenant, Spec: req.Claim}
 	if err := srv.validateClaim(&probe); err != nil {
@@ -98,8 +222,16 @@ func (srv *Server) putService(w http.ResponseWriter, r *http.Request, p principa
 	var out api.Service
 	now := srv.cfg.Clock()
 	err = srv.update(r.Context(), func(tx state.Tx) error {
-		if _, err := tx.GetTenant(tenant); err != nil {
+		t, err := tx.GetTenant(tenant)
+		if err != nil {
 			return errField("tenant", "tenant %q does not exist", tenant)
+		}
+		if p.role == api.RoleTenant {
+			// Against the tenant as this transaction sees it: an allow-list
+			// shortened a moment ago binds already.
+			if err := tenantMayRun(t, req.ServiceSpec); err != nil {
+				return err
+			}
 		}
 		old, err := tx.GetService(name)
 		switch {
@@ -116,7 +248,7 @@ func (srv *Server) putService(w http.ResponseWriter, r *http.Request, p principa
 		default:
 			return err
 		}
-		out.Spec, out.Updated = req.ServiceSpec, now
+		out.Spec, out.Updated, out.PutBy, out.Disabled = req.ServiceSpec, now, p.role, ""
 		if err := tx.PutService(out); err != nil {
 			return err
 		}

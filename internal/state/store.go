@@ -56,8 +56,8 @@ type Tx interface {
 	DeleteToken(id string) error
 
 	// CreateClaim stores a new claim and assigns c.Seq: claim seqs are
-	// monotonic and a committed seq is never reused. QueuePosition is not
-	// stored. ErrExists on a duplicate ID.
+	// monotonic and a committed seq is never reused. QueuePosition and
+	// LeaseExpires are not stored. ErrExists on a duplicate ID.
 	CreateClaim(c *api.Claim) error
 	GetClaim(id string) (api.Claim, error)
 	// ListClaims returns the claims that match f, ordered by Seq.
@@ -196,10 +196,11 @@ func checkUsage(u api.Consumption) error {
 }
 
 // encodeClaim returns the stored form of a claim: Seq (kept in its own
-// column) and QueuePosition (an answer-only field) are zeroed.
+// column), QueuePosition and LeaseExpires (answer-only fields) are zeroed.
 func encodeClaim(c api.Claim) ([]byte, error) {
 	c.Seq = 0
 	c.QueuePosition = 0
+	c.LeaseExpires = nil
 	return json.Marshal(c)
 }
 
