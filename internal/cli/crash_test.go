@@ -50,10 +50,22 @@ func freePort(t *testing.T) string {
 // answers.
 func startServe(t *testing.T, dir, addr string) *exec.Cmd {
 	t.Helper()
+	cmd, _ := startServeWith(t, dir, addr, nil)
+	return cmd
+}
+
+// startServeWith is startServe with more variables in serve's environment
+// and more arguments (no spaces in them), returning its output too.
+func startServeWith(t *testing.T, dir, addr string, env []string, args ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServeChild$")
-	cmd.Env = append(os.Environ(), "GPUSLICE_SERVE_CHILD=serve --listen "+addr+" --data-dir "+dir+" --simulate dgx-h100 --node crashnode")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Env = append(os.Environ(), "GPUSLICE_SERVE_CHILD=serve --listen "+addr+" --data-dir "+dir+" --simulate dgx-h100 --node crashnode "+strings.Join(args, " "))
+	cmd.Env = append(cmd.Env, env...)
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	// A process serve leaves behind may hold the output pipe: Wait does
+	// not wait for it past this.
+	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +82,9 @@ func startServe(t *testing.T, dir, addr string) *exec.Cmd {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return cmd
+	return cmd, logs
 }
+
 
 func apiCall(addr, token, method, path string, body any, out any) (int, error) {
 	var rd *bytes.Reader

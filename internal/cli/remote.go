@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -151,17 +153,67 @@ Stop a node's agent first: a running agent registers its node again.`,
 			return nil
 		}})
 	var quotaMem, quotaComp int
-	tput := &cobra.Command{Use: "put NAME", Short: "Create or update a tenant", Args: cobra.ExactArgs(1),
+	var allowCmds, allowEnv []string
+	var noCommands bool
+	tput := &cobra.Command{Use: "put NAME", Short: "Create or update a tenant: quotas, and the commands its services may run",
+		Long: `Creates a tenant, or changes the settings given as flags and keeps the others.
+
+A tenant token may put a service only with a command its tenant is allowed: each
+--allow-command is one whole command line (split at spaces; matched exactly, every
+argument), and --allow-env names the variables the tenant's services may set on
+them. Replicas run as an unprivileged user of their own (see serve --replica-uids).`,
+		Example: "  gpuslice tenants put acme --memory-mib 40960\n  gpuslice tenants put acme --allow-command 'python3 /srv/vllm/serve.py' --allow-env MODEL",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			path := "/v1/tenants/" + url.PathEscape(args[0])
+			var body api.Tenant
+			if err := call(cmd.Context(), c, http.MethodGet, path, nil, &body); err != nil {
+				var ce *client.Error
+				if !errors.As(err, &ce) || ce.Status != http.StatusNotFound {
+					return err
+				}
+				body = api.Tenant{}
+			}
+			f := cmd.Flags()
+			if f.Changed("memory-mib") {
+				body.MemoryMiB = int64(quotaMem)
+			}
+			if f.Changed("compute") {
+				body.ComputePercent = quotaComp
+			}
+			if noCommands {
+				body.Commands = nil
+			}
+			if f.Changed("allow-env") && !f.Changed("allow-command") {
+				return fmt.Errorf("--allow-env applies to the commands given with --allow-command in the same call")
+			}
+			for _, line := range allowCmds {
+				argv := strings.Fields(line)
+				if len(argv) == 0 {
+					return fmt.Errorf("--allow-command %q: give a command line", line)
+				}
+				body.Commands = slices.DeleteFunc(body.Commands, func(a api.AllowedCommand) bool { return slices.Equal(a.Command, argv) })
+				body.Commands = append(body.Commands, api.AllowedCommand{Command: argv, Env: allowEnv})
+			}
 			var t api.Tenant
-			body := api.Tenant{MemoryMiB: int64(quotaMem), ComputePercent: quotaComp}
-			if err := call(cmd.Context(), c, http.MethodPut, "/v1/tenants/"+url.PathEscape(args[0]), body, &t); err != nil {
+			if err := call(cmd.Context(), c, http.MethodPut, path, body, &t); err != nil {
 				return err
 			}
-			return e.render(&table{notes: []string{fmt.Sprintf("tenant %s: memory quota %s, compute quota %s", t.Name, memQuota(t.MemoryMiB), computeQuota(t.ComputePercent))}}, t)
+			notes := []string{fmt.Sprintf("tenant %s: memory quota %s, compute quota %s", t.Name, memQuota(t.MemoryMiB), computeQuota(t.ComputePercent))}
+			for _, a := range t.Commands {
+				n := fmt.Sprintf("  may run %q", a.Command)
+				if len(a.Env) > 0 {
+					n += fmt.Sprintf(" setting %s", strings.Join(a.Env, ", "))
+				}
+				notes = append(notes, n)
+			}
+			return e.render(&table{notes: notes}, t)
 		}}
 	tput.Flags().IntVar(&quotaMem, "memory-mib", 0, "GPU memory quota in MiB (0 = none)")
 	tput.Flags().IntVar(&quotaComp, "compute", 0, "compute quota in percent of a GPU (0 = none)")
+	tput.Flags().StringArrayVar(&allowCmds, "allow-command", nil, "a command line the tenant's services may run (repeatable; split at spaces, matched exactly)")
+	tput.Flags().StringArrayVar(&allowEnv, "allow-env", nil, "a variable the tenant's services may set on the commands of this call (repeatable)")
+	tput.Flags().BoolVar(&noCommands, "no-commands", false, "drop every allowed command first (its services stop)")
 	tenants.AddCommand(tput, &cobra.Command{Use: "ls", Short: "List tenants", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var ts []api.Tenant

@@ -22,6 +22,8 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/client"
+	"github.com/gpuslice/gpuslice/internal/server"
+	"github.com/gpuslice/gpuslice/internal/services"
 	"github.com/gpuslice/gpuslice/internal/spec"
 )
 
@@ -33,7 +35,7 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code
 func runCmd(e *env, c *conn) *cobra.Command {
 	var memory, mode, profile, isolation, tenant, node, workload, policy, faultPolicy string
 	var compute, priority int
-	var timeout time.Duration
+	var timeout, leaseFor time.Duration
 	var waitForNodes bool
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
@@ -66,6 +68,10 @@ released and run fails.`,
 			}
 			cs.Node = node
 			cs.WaitForNodes = waitForNodes
+			if leaseFor < time.Second || leaseFor > server.MaxLeaseSeconds*time.Second {
+				return fmt.Errorf("--lease %s: want 1s..%s", leaseFor, server.MaxLeaseSeconds*time.Second)
+			}
+			cs.LeaseSeconds = int(leaseFor / time.Second)
 			// Ctrl-C and SIGTERM cancel ctx (and are remembered, for the
 			// exit code and to pass on to CMD); the claim is released on
 			// every way out once it exists.
@@ -83,6 +89,10 @@ released and run fails.`,
 				case <-ctx.Done():
 				}
 			}()
+			// The claim's lease is renewed while run lives; when the server
+			// says the claim is over (an admin released it, or it expired
+			// while the server was out of reach), CMD is stopped.
+			var lostClaim atomic.Value // the error that ended the claim
 			signalled := func() (syscall.Signal, bool) {
 				s, ok := got.Load().(os.Signal)
 				if !ok {
@@ -95,6 +105,9 @@ released and run fails.`,
 			interrupted := func(id string) error {
 				s, ok := signalled()
 				if !ok {
+					if err, lost := lostClaim.Load().(error); lost {
+						return fmt.Errorf("claim %s is over, so CMD was stopped: %w", id, err)
+					}
 					return ctx.Err()
 				}
 				fmt.Fprintf(e.errOut, "gpuslice: %s: %s, releasing the claim\n", id, s)
@@ -142,6 +155,14 @@ released and run fails.`,
 				}
 			}
 			defer release()
+			lost := cl.HoldLease(ctx, id, client.LeaseInterval(cs.LeaseSeconds))
+			go func() {
+				if err, ok := <-lost; ok {
+					lostClaim.Store(err)
+					fmt.Fprintf(e.errOut, "gpuslice: claim %s is over (%v): stopping\n", id, err)
+					cancel()
+				}
+			}()
 			deadline := time.Now().Add(timeout)
 			timedOut := func(what string) error {
 				return fmt.Errorf("claim %s %s after --timeout %s; released it", id, what, timeout)
@@ -223,12 +244,13 @@ released and run fails.`,
 			for _, k := range sortedKeys(a.Env) {
 				child.Env = append(child.Env, k+"="+a.Env[k])
 			}
-			if err := child.Start(); err != nil {
+			// CMD dies with run (kill -9 included): its claim is released
+			// by the lease then, and no process outlives it.
+			done, err := services.StartTied(child)
+			if err != nil {
 				return err
 			}
 			_ = cl.Do(ctx, http.MethodPost, "/v1/claims/"+claim.ID+"/running", nil, nil)
-			done := make(chan error, 1)
-			go func() { done <- child.Wait() }()
 			select {
 			case err = <-done:
 			case <-ctx.Done():
@@ -237,6 +259,9 @@ released and run fails.`,
 				s, ok := signalled()
 				if !ok {
 					s = syscall.SIGINT
+					if _, lost := lostClaim.Load().(error); lost {
+						s = syscall.SIGTERM
+					}
 				}
 				_ = child.Process.Signal(s)
 				select {
@@ -245,6 +270,9 @@ released and run fails.`,
 					_ = child.Process.Kill()
 					err = <-done
 				}
+			}
+			if lerr, lost := lostClaim.Load().(error); lost {
+				return fmt.Errorf("claim %s is over, so CMD was stopped: %w", id, lerr)
 			}
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
@@ -275,6 +303,7 @@ released and run fails.`,
 	f.StringVar(&faultPolicy, "fault-policy", "fail", "when the GPU fails while CMD runs: fail or requeue")
 	f.IntVar(&priority, "priority", 0, "higher goes first in the queue")
 	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long, releasing the claim (0 = wait)")
+	f.DurationVar(&leaseFor, "lease", 30*time.Second, "the claim's lease, renewed while run lives: if run dies (kill -9 included), the server releases the claim this long (plus its --lease-grace) after the last renewal")
 	f.BoolVar(&waitForNodes, "wait-for-nodes", false, "queue a claim no registered node could ever hold, for nodes that may join (else the server refuses it)")
 	return cmd
 }

@@ -140,7 +140,8 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func serveCmd(e *env) *cobra.Command {
 	var listen, dataDir, storeKind, simulate, nodeName, tlsCert, tlsKey, placement, cdiDir string
-	var nodeTimeout, reserveAfter, nodeTTL, nodeInterval time.Duration
+	var nodeTimeout, reserveAfter, nodeTTL, nodeInterval, leaseGrace time.Duration
+	var replicaUser, replicaUIDs, replicaDir string
 	var nodePools string
 	var maxQueued, defReplicas int
 	var noAgent, modeSwitch, selfSigned bool
@@ -210,7 +211,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				policy.AllowModeSwitch = dev.Info().Simulated // harmless on simulated GPUs
 			}
 			srv, err := server.New(ctx, server.Config{Store: store, Log: log, NodeTimeout: nodeTimeout,
-				Simulated: dev.Info().Simulated, Policy: policy, ReserveAfter: reserveAfter, MaxQueuedPerTenant: maxQueued})
+				Simulated: dev.Info().Simulated, Policy: policy, ReserveAfter: reserveAfter, MaxQueuedPerTenant: maxQueued, LeaseGrace: leaseGrace})
 			if err != nil {
 				return err
 			}
@@ -230,6 +231,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				return err
 			}
 			srv.Run(ctx)
+			var servicesDone <-chan struct{}
 			if !noAgent {
 				tok, err := agentToken(ctx, srv, store, dataDir, nodeName)
 				if err != nil {
@@ -252,7 +254,11 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				}
 				go func() { _ = a.Run(ctx) }()
 				// Services run on the local node (services.go).
-				if err := startServices(ctx, srv, store, dataDir, nodeName, listen, dev, log); err != nil {
+				users, err := replicaUsers(replicaUser, replicaUIDs, cmd.Flags().Changed("replica-uids"), log)
+				if err != nil {
+					return err
+				}
+				if servicesDone, err = startServices(ctx, srv, store, dataDir, nodeName, listen, dev, users, replicaDir, log); err != nil {
 					return err
 				}
 			}
@@ -288,6 +294,12 @@ exists it refuses a database that is missing or empty instead of starting afresh
 			}()
 			log.Info("gpuslice serving", "url", scheme+"://"+ln.Addr().String(), "data", dataDir, "store", storeKind)
 			<-ctx.Done()
+			if servicesDone != nil {
+				// SIGTERM stops the replicas (and releases their claims)
+				// before serve exits: none outlives it.
+				log.Info("stopping service replicas")
+				<-servicesDone
+			}
 			shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			shutErr := hs.Shutdown(shut)
@@ -321,6 +333,10 @@ exists it refuses a database that is missing or empty instead of starting afresh
 	cmd.Flags().DurationVar(&reserveAfter, "reserve-after", 5*time.Minute, "after a queued claim waits this long, a node is held for it: claims behind it of its priority or lower go elsewhere; negative: always backfill")
 	cmd.Flags().IntVar(&maxQueued, "max-queued", 1000, "most claims a tenant may have waiting; past it a claim that would wait is refused with 429 (negative: no bound)")
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
+	cmd.Flags().DurationVar(&leaseGrace, "lease-grace", 10*time.Second, "how long past its lease a leased claim (gpuslice run, service replicas) is kept before it is released")
+	cmd.Flags().StringVar(&replicaUIDs, "replica-uids", "2100000000-2100065535", "as root: each service replica runs as a uid (and gid) of its own from this range, FROM-TO (ids no account of the host uses)")
+	cmd.Flags().StringVar(&replicaUser, "replica-user", "", "as root: run every service replica as this unprivileged user instead of --replica-uids (never root)")
+	cmd.Flags().StringVar(&replicaDir, "replica-dir", filepath.Join(os.TempDir(), "gpuslice-replicas"), "where each service replica gets a working directory of its own (outside the data directory)")
 	cmd.Flags().BoolVar(&noAgent, "no-agent", false, "run no local node agent (nodes join with gpuslice agent)")
 	cmd.Flags().BoolVar(&modeSwitch, "allow-mode-switch", false, "let the allocator turn MIG on or off on idle GPUs (resets them; default: on for simulated GPUs only)")
 	return cmd

@@ -198,26 +198,51 @@ func controllerToken(ctx context.Context, srv *server.Server, store state.Store,
 	return tok.Secret, os.WriteFile(path, []byte(tok.Secret+"\n"), 0o600)
 }
 
+// replicaUsers decides who serve's replicas run as: a named user
+// (--replica-user), else each its own uid from --replica-uids; serve not
+// running as root cannot switch users, so its replicas run as its own
+// user (said in the log: they can then read the data directory).
+func replicaUsers(name, uids string, uidsGiven bool, log *slog.Logger) (services.Users, error) {
+	root := os.Geteuid() == 0
+	switch {
+	case name != "" && uidsGiven:
+		return nil, fmt.Errorf("--replica-user and --replica-uids: give one")
+	case !root && (name != "" || uidsGiven):
+		return nil, fmt.Errorf("--replica-user/--replica-uids: serve runs as uid %d, not root, and cannot switch users; run it as root, or leave both out (replicas then run as this user)", os.Geteuid())
+	case !root:
+		log.Warn("serve is not root: service replicas run as this user and can read what it can, the data directory included; run serve as root so each replica gets a uid of its own (--replica-uids)")
+		return services.SameUser{}, nil
+	case name != "":
+		return services.LookupUser(name)
+	default:
+		return services.ParseUIDRange(uids)
+	}
+}
+
 // startServices runs the services controller of serve on the local node:
 // it talks to the server in-process with its own admin token, measures
 // the local device layer, and opens proxies on the host serve listens on.
-func startServices(ctx context.Context, srv *server.Server, store state.Store, dataDir, node, listen string, meter services.Meter, log *slog.Logger) error {
+// The channel it returns closes once the controller has stopped every
+// replica after ctx ends.
+func startServices(ctx context.Context, srv *server.Server, store state.Store, dataDir, node, listen string, meter services.Meter, users services.Users, workDir string, log *slog.Logger) (<-chan struct{}, error) {
 	tok, err := controllerToken(ctx, srv, store, dataDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cl, err := client.New("http://in-process", tok, &http.Client{Transport: handlerTransport{srv.Handler()}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil || host == "" {
 		host = "127.0.0.1"
 	}
-	ctl, err := services.New(services.Config{Client: cl, Node: node, Meter: meter, Log: log.With("services", node), Host: host, Output: os.Stderr})
+	ctl, err := services.New(services.Config{Client: cl, Node: node, Meter: meter, Log: log.With("services", node), Host: host, Output: os.Stderr,
+		Users: users, WorkDir: workDir, RecordDir: filepath.Join(dataDir, "replicas")})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	go func() { _ = ctl.Run(ctx) }()
-	return nil
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ctl.Run(ctx) }()
+	return done, nil
 }

@@ -463,8 +463,7 @@ func (srv *Server) deleteNode(w http.ResponseWriter, r *http.Request, p principa
 
 // sweepLoop marks nodes lost when they stop heartbeating; rebuild then
 // re-queues their claims (they are never placed twice: the lost node's
-// devices leave the allocator's fleet first). It also releases claims
-// whose leases ran out (leases.go).
+// devices leave the allocator's fleet first).
 func (srv *Server) sweepLoop(ctx context.Context) {
 	tick := time.NewTicker(max(srv.cfg.SweepInterval, time.Millisecond))
 	defer tick.Stop()
@@ -475,9 +474,6 @@ func (srv *Server) sweepLoop(ctx context.Context) {
 		case <-tick.C:
 			if err := srv.sweep(ctx); err != nil && ctx.Err() == nil {
 				srv.log.Error("sweeping lost nodes", "err", err)
-			}
-			if err := srv.expireLeases(ctx); err != nil && ctx.Err() == nil {
-				srv.log.Error("releasing claims whose leases expired", "err", err)
 			}
 		}
 	}

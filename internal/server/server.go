@@ -205,6 +205,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 func (srv *Server) Run(ctx context.Context) {
 	go srv.retryLoop(ctx)
 	go srv.sweepLoop(ctx)
+	go srv.leaseLoop(ctx)
 	go srv.sampleLoop(ctx)
 }
 

@@ -7,16 +7,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -50,6 +50,24 @@ type Config struct {
 	Host string
 	// Output receives the replicas' stdout and stderr (default discard).
 	Output io.Writer
+	// Users hands out who each replica runs as (default SameUser: the
+	// controller's own user; serve as root passes a UIDRange or a
+	// NamedUser, never root). See process.go.
+	Users Users
+	// WorkDir holds each replica's own working directory (default
+	// $TMPDIR/gpuslice-replicas).
+	WorkDir string
+	// RecordDir keeps a record of each running replica (pid, start time,
+	// uid), so the next run after a crash ends what this one left; ""
+	// keeps none.
+	RecordDir string
+	// LeaseSeconds is the lease of each replica's claim, renewed while
+	// the replica lives (default 30): a controller that dies leaves
+	// claims the server releases by itself.
+	LeaseSeconds int
+	// StopGrace is how long a replica has between SIGTERM and SIGKILL
+	// (default 10s).
+	StopGrace time.Duration
 }
 
 // Controller runs every service's replicas on this node.
@@ -129,6 +147,23 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Output == nil {
 		cfg.Output = io.Discard
 	}
+	if cfg.Users == nil {
+		cfg.Users = SameUser{}
+	}
+	if cfg.WorkDir == "" {
+		cfg.WorkDir = filepath.Join(os.TempDir(), "gpuslice-replicas")
+	}
+	if cfg.LeaseSeconds <= 0 {
+		cfg.LeaseSeconds = 30
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 10 * time.Second
+	}
+	if cfg.RecordDir != "" {
+		if err := os.MkdirAll(cfg.RecordDir, 0o700); err != nil {
+			return nil, fmt.Errorf("services: replica records: %w", err)
+		}
+	}
 	return &Controller{cfg: cfg, wake: make(chan struct{}, 1), svcs: map[string]*svcRun{}}, nil
 }
 
@@ -140,17 +175,12 @@ func (c *Controller) Poke() {
 	}
 }
 
-// Run releases the claims of replicas a previous run left (their
-// processes ended with it), then steps every Interval, or at once when a
-// request waits at a stopped service, until ctx ends; then it stops every
-// replica and proxy.
+// Run ends what a previous run left (Recover), then steps every
+// Interval, or at once when a request waits at a stopped service, until
+// ctx ends; then it stops every replica and proxy before it returns.
 func (c *Controller) Run(ctx context.Context) error {
-	if svcs, err := c.cfg.Client.Services(ctx); err == nil {
-		for _, s := range svcs {
-			for _, id := range s.Status.Claims {
-				_, _ = c.cfg.Client.Release(ctx, id)
-			}
-		}
+	if err := c.Recover(ctx); err != nil && ctx.Err() == nil {
+		c.cfg.Log.Warn("services: ending the previous run's replicas", "err", err)
 	}
 	tick := time.NewTicker(c.cfg.Interval / 3)
 	defer tick.Stop()
@@ -210,6 +240,9 @@ func (c *Controller) Step(ctx context.Context) error {
 	var gone []*svcRun
 	var work []*svcRun
 	for _, s := range svcs {
+		if s.Disabled != "" {
+			continue // stopped like a deleted one until it is allowed again
+		}
 		seen[s.Name] = true
 		run := c.svcs[s.Name]
 		if run == nil {
@@ -435,11 +468,11 @@ func (c *Controller) startReplica(run *svcRun) *replica {
 	c.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replica{id: id, stop: cancel, done: make(chan struct{})}
-	spec, tenant, proxy := run.spec, run.tenant, run.proxy
+	spec, tenant, proxy, svc := run.spec, run.tenant, run.proxy, run.name
 	go func() {
 		defer close(r.done)
 		defer cancel()
-		if err := c.runReplica(ctx, r, spec, tenant, proxy); err != nil && ctx.Err() == nil {
+		if err := c.runReplica(ctx, r, svc, spec, tenant, proxy); err != nil && ctx.Err() == nil {
 			r.mu.Lock()
 			r.err = fmt.Sprintf("replica %s: %v", id, err)
 			r.mu.Unlock()
@@ -450,11 +483,11 @@ func (c *Controller) startReplica(run *svcRun) *replica {
 	return r
 }
 
-func (c *Controller) runReplica(ctx context.Context, r *replica, spec api.ServiceSpec, tenant string, proxy *Proxy) error {
+func (c *Controller) runReplica(outer context.Context, r *replica, svc string, spec api.ServiceSpec, tenant string, proxy *Proxy) error {
 	cl := c.cfg.Client
 	cs := spec.Claim
-	cs.Node = c.cfg.Node
-	claim, err := cl.CreateClaim(ctx, tenant, cs)
+	cs.Node, cs.Service, cs.LeaseSeconds = c.cfg.Node, svc, c.cfg.LeaseSeconds
+	claim, err := cl.CreateClaim(outer, tenant, cs)
 	if err != nil {
 		return fmt.Errorf("claiming: %w", err)
 	}
@@ -466,9 +499,29 @@ func (c *Controller) runReplica(ctx context.Context, r *replica, spec api.Servic
 		defer cancel()
 		_, _ = cl.Release(rc, claim.ID)
 	}()
+	// The lease is held for the replica's whole life; when the server
+	// says the claim is over (released by an admin, or its lease ran out
+	// while this controller could not reach it), the replica stops.
+	ctx, lostClaim := context.WithCancelCause(outer)
+	defer lostClaim(nil)
+	lost := cl.HoldLease(ctx, claim.ID, client.LeaseInterval(c.cfg.LeaseSeconds))
+	go func() {
+		if err, ok := <-lost; ok {
+			lostClaim(fmt.Errorf("claim %s is over: %w", claim.ID, err))
+		}
+	}()
+	ended := func() error {
+		if outer.Err() != nil {
+			return outer.Err()
+		}
+		return context.Cause(ctx)
+	}
 	for claim.State == api.Pending {
 		next, err := cl.Claim(ctx, claim.ID, api.Pending, 20*time.Second)
 		if err != nil {
+			if ctx.Err() != nil {
+				return ended()
+			}
 			return err
 		}
 		claim = next
@@ -476,10 +529,13 @@ func (c *Controller) runReplica(ctx context.Context, r *replica, spec api.Servic
 	for claim.State == api.Allocated && claim.Planned() {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return ended()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if claim, err = cl.Claim(ctx, claim.ID, "", 0); err != nil {
+			if ctx.Err() != nil {
+				return ended()
+			}
 			return err
 		}
 	}
@@ -499,30 +555,30 @@ func (c *Controller) runReplica(ctx context.Context, r *replica, spec api.Servic
 			return err
 		}
 	}
-	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
-	cmd.Stdout, cmd.Stderr = c.cfg.Output, c.cfg.Output
-	cmd.Env = os.Environ()
-	for k, v := range claim.Allocation.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+	cred, giveBack, err := c.cfg.Users.Acquire()
+	if err != nil {
+		return err
 	}
-	for k, v := range spec.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+	defer giveBack()
+	dir, err := workDir(c.cfg.WorkDir, r.id, cred)
+	if err != nil {
+		return err
 	}
-	cmd.Env = append(cmd.Env, "PORT="+strconv.Itoa(port), "GPUSLICE_CLAIM="+claim.ID, "GPUSLICE_REPLICA="+r.id)
-	if err := cmd.Start(); err != nil {
+	defer os.RemoveAll(dir)
+	p, err := startProc(procSpec{argv: spec.Command, env: replicaEnv(spec, claim, dir, svc, r.id, port), dir: dir, cred: cred, out: c.cfg.Output})
+	if err != nil {
 		return fmt.Errorf("starting %s: %w", spec.Command[0], err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopCmd := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+	rec := record{Replica: r.id, Service: svc, Claim: claim.ID, PID: p.pid, Start: p.start, UID: uint32(os.Geteuid())}
+	if cred != nil {
+		rec.UID = cred.Uid
 	}
+	recs := records{dir: c.cfg.RecordDir}
+	if err := recs.put(rec); err != nil {
+		c.cfg.Log.Warn("replica record", "replica", r.id, "err", err)
+	}
+	defer recs.remove(r.id)
+	stopCmd := func() { _ = p.stop(c.cfg.StopGrace) }
 	_ = cl.Do(ctx, http.MethodPost, "/v1/claims/"+claim.ID+"/running", nil, nil)
 	if proxy != nil {
 		addr := net.JoinHostPort(c.cfg.Host, strconv.Itoa(port))
@@ -533,11 +589,12 @@ func (c *Controller) runReplica(ctx context.Context, r *replica, spec api.Servic
 				break
 			}
 			select {
-			case err := <-exited:
+			case err := <-p.exited:
+				p.killGroup()
 				return fmt.Errorf("%s exited before listening on %s: %v", spec.Command[0], addr, err)
 			case <-ctx.Done():
 				stopCmd()
-				return ctx.Err()
+				return ended()
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
@@ -554,23 +611,83 @@ func (c *Controller) runReplica(ctx context.Context, r *replica, spec api.Servic
 	c.Poke() // report it ready now
 
 	select {
-	case err := <-exited:
+	case err := <-p.exited:
+		p.killGroup()
 		if proxy != nil {
 			<-proxy.Remove(r.id)
 		}
 		return fmt.Errorf("%s exited: %v", spec.Command[0], err)
 	case <-ctx.Done():
 		// Out of rotation first, and its requests finish, then the
-		// command stops: scaling down loses no request.
-		if proxy != nil {
+		// command stops: scaling down loses no request. A claim that is
+		// over stops it at once.
+		if proxy != nil && outer.Err() != nil {
 			select {
 			case <-proxy.Remove(r.id):
 			case <-time.After(30 * time.Second):
 			}
+		} else if proxy != nil {
+			proxy.Remove(r.id)
 		}
 		stopCmd()
-		return nil
+		if outer.Err() != nil {
+			return nil
+		}
+		return ended()
 	}
+}
+
+// replicaEnv is a replica's whole environment: nothing of the
+// controller's is inherited. The claim's variables (its devices) and
+// PORT/GPUSLICE_* come last, so they win (ValidateServiceSpec refuses
+// those names in a spec anyway).
+func replicaEnv(spec api.ServiceSpec, claim api.Claim, dir, svc, replica string, port int) []string {
+	env := []string{"PATH=" + safePATH, "HOME=" + dir, "TMPDIR=" + dir}
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		env = append(env, k+"="+spec.Env[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(claim.Allocation.Env)) {
+		env = append(env, k+"="+claim.Allocation.Env[k])
+	}
+	return append(env, "PORT="+strconv.Itoa(port), "GPUSLICE_CLAIM="+claim.ID, "GPUSLICE_REPLICA="+replica, "GPUSLICE_SERVICE="+svc)
+}
+
+// Recover ends what a previous run of this controller left: every
+// process of the replicas it recorded (process.go), then the claims of
+// every service replica on this node (and those listed in the services'
+// stored status, from before claims named their service). No replica is
+// running yet when it is called.
+func (c *Controller) Recover(ctx context.Context) error {
+	cl := c.cfg.Client
+	recs, rerr := records{dir: c.cfg.RecordDir}.reap(c.cfg.StopGrace)
+	ids := map[string]bool{}
+	for _, r := range recs {
+		ids[r.Claim] = true
+		c.cfg.Log.Info("ended a replica of the previous run", "replica", r.Replica, "pid", r.PID, "claim", r.Claim)
+	}
+	live, err := client.ListAll[api.Claim](ctx, cl, "/v1/claims?node="+url.QueryEscape(c.cfg.Node)+"&state=pending&state=allocated&state=running")
+	if err != nil {
+		return errors.Join(rerr, err)
+	}
+	for _, cl := range live {
+		if cl.Spec.Service != "" && cl.Spec.Node == c.cfg.Node {
+			ids[cl.ID] = true
+		}
+	}
+	if svcs, err := cl.Services(ctx); err == nil {
+		for _, s := range svcs {
+			for _, id := range s.Status.Claims {
+				ids[id] = true
+			}
+		}
+	}
+	var errs []error
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		if _, err := cl.Release(ctx, id); err != nil && !client.ClaimGone(err) {
+			errs = append(errs, fmt.Errorf("releasing %s: %w", id, err))
+		}
+	}
+	return errors.Join(append([]error{rerr}, errs...)...)
 }
 
 // freePort asks the kernel for a free port on host.
