@@ -85,7 +85,6 @@ func startServeWith(t *testing.T, dir, addr string, env []string, args ...string
 	return cmd, logs
 }
 
-
 func apiCall(addr, token, method, path string, body any, out any) (int, error) {
 	var rd *bytes.Reader
 	if body != nil {

@@ -185,7 +185,7 @@ func TestAbandonedLeasedClaimIsReleased(t *testing.T) {
 	}
 	h.must(acme, "POST", "/v1/claims", leased, 201, &kept)
 	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &other) // no lease
-	tick := func() { // the agent heartbeats, so the node stays ready
+	tick := func() {                                                            // the agent heartbeats, so the node stays ready
 		t.Helper()
 		if err := vm.Step(context.Background()); err != nil {
 			t.Fatal(err)
