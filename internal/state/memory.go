@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/gpuslice/gpuslice/internal/api"
 )
@@ -27,7 +28,7 @@ type Memory struct {
 	tokens      map[string]memToken // by ID
 	tokenByHash map[string]string   // hash → ID
 	claims      map[string]memClaim // by ID
-	claimOrder  []string            // IDs in Seq order (claims are never deleted)
+	claimOrder  []string            // IDs in Seq order
 	nodes       map[string][]byte
 	services    map[string][]byte
 	events      []memEvent // in Seq order
@@ -46,11 +47,19 @@ type memClaim struct {
 	tenant string
 	state  api.ClaimState
 	nodes  []string
-	data   []byte
+	// ended is the claim's end stamp (final claims only, see ended).
+	ended int64
+	data  []byte
+}
+
+func newMemClaim(seq int64, c api.Claim, data []byte) memClaim {
+	end, _ := ended(c)
+	return memClaim{seq: seq, tenant: c.Tenant, state: c.State, nodes: ClaimNodes(c), ended: end, data: data}
 }
 
 type memEvent struct {
 	seq  int64
+	at   int64 // stamp of the event's Time
 	data []byte
 }
 
@@ -361,7 +370,7 @@ func (tx *memTx) CreateClaim(c *api.Claim) error {
 		m.claimOrder = m.claimOrder[:oldLen]
 	})
 	m.claimSeq++
-	m.claims[c.ID] = memClaim{seq: m.claimSeq, tenant: c.Tenant, state: c.State, nodes: ClaimNodes(*c), data: data}
+	m.claims[c.ID] = newMemClaim(m.claimSeq, *c, data)
 	m.claimOrder = append(m.claimOrder, c.ID)
 	c.Seq = m.claimSeq
 	return nil
@@ -417,7 +426,7 @@ func (tx *memTx) UpdateClaim(c api.Claim) error {
 		return err
 	}
 	setUndo(tx, tx.m.claims, c.ID)
-	tx.m.claims[c.ID] = memClaim{seq: old.seq, tenant: c.Tenant, state: c.State, nodes: ClaimNodes(c), data: data}
+	tx.m.claims[c.ID] = newMemClaim(old.seq, c, data)
 	return nil
 }
 
@@ -483,7 +492,7 @@ func (tx *memTx) AppendEvent(e *api.Event) error {
 		m.events = m.events[:oldLen]
 	})
 	m.eventSeq++
-	m.events = append(m.events, memEvent{seq: m.eventSeq, data: data})
+	m.events = append(m.events, memEvent{seq: m.eventSeq, at: stamp(e.Time), data: data})
 	e.Seq = m.eventSeq
 	return nil
 }
@@ -507,6 +516,92 @@ func (tx *memTx) EventsSince(seq int64, limit int) ([]api.Event, error) {
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// pruneOrder returns keys in the order a prune deletes them (by stamp,
+// then seq) and how many of them the bounds delete, at most limit.
+func pruneOrder(keys []pruneKey, before time.Time, keep, limit int) int {
+	if !slices.IsSortedFunc(keys, pruneKey.cmp) {
+		slices.SortFunc(keys, pruneKey.cmp)
+	}
+	var keyK pruneKey
+	hasK := keep > 0 && len(keys) > keep
+	if hasK {
+		keyK = keys[len(keys)-keep-1]
+	}
+	cut, ok := pruneCut(before, keyK, hasK)
+	if !ok {
+		return 0
+	}
+	n := sort.Search(len(keys), func(i int) bool { return cut.less(keys[i]) })
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	return n
+}
+
+func (tx *memTx) PruneEvents(before time.Time, keep, limit int) (int, error) {
+	if err := tx.write(); err != nil {
+		return 0, err
+	}
+	m := tx.m
+	keys := make([]pruneKey, len(m.events))
+	for i, e := range m.events {
+		keys[i] = pruneKey{at: e.at, seq: e.seq}
+	}
+	n := pruneOrder(keys, before, keep, limit)
+	if n == 0 {
+		return 0, nil
+	}
+	gone := make(map[int64]bool, n)
+	for _, k := range keys[:n] {
+		gone[k.seq] = true
+	}
+	old := m.events
+	kept := make([]memEvent, 0, len(old)-n)
+	for _, e := range old {
+		if !gone[e.seq] {
+			kept = append(kept, e)
+		}
+	}
+	tx.undo = append(tx.undo, func() { m.events = old })
+	m.events = kept
+	return n, nil
+}
+
+func (tx *memTx) PruneClaims(before time.Time, keep, limit int) (int, error) {
+	if err := tx.write(); err != nil {
+		return 0, err
+	}
+	m := tx.m
+	var keys []pruneKey
+	bySeq := map[int64]string{}
+	for _, id := range m.claimOrder {
+		mc := m.claims[id]
+		if mc.state.Final() {
+			keys = append(keys, pruneKey{at: mc.ended, seq: mc.seq})
+			bySeq[mc.seq] = id
+		}
+	}
+	n := pruneOrder(keys, before, keep, limit)
+	if n == 0 {
+		return 0, nil
+	}
+	for _, k := range keys[:n] {
+		id := bySeq[k.seq]
+		setUndo(tx, m.claims, id)
+		delete(m.claims, id)
+	}
+	old := m.claimOrder
+	kept := make([]string, 0, len(old)-n)
+	for _, id := range old {
+		if _, ok := m.claims[id]; ok {
+			kept = append(kept, id)
+		}
+	}
+	tx.undo = append(tx.undo, func() { m.claimOrder = old })
+	m.claimOrder = kept
+	return n, nil
 }
 
 func (tx *memTx) AddUsage(tenant string, used api.Consumption) error {
