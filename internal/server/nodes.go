@@ -245,8 +245,11 @@ var eventKind = regexp.MustCompile(`^[a-z][a-z0-9-]{0,47}$`)
 // non-finite or negative usage, event kinds outside [a-z0-9-]; it cuts
 // messages to 4 KiB.
 func checkHeartbeat(req *HeartbeatRequest) error {
-	if len(req.Usage) > 10000 || len(req.Events) > 1000 {
-		return errField("usage", "at most 10,000 usage samples and 1,000 events per heartbeat")
+	if len(req.Usage) > 10000 {
+		return errField("usage", "at most 10,000 usage samples per heartbeat, got %d", len(req.Usage))
+	}
+	if len(req.Events) > 1000 {
+		return errField("events", "at most 1,000 events per heartbeat, got %d", len(req.Events))
 	}
 	for i, u := range req.Usage {
 		for _, v := range []float64{u.GPUSeconds, u.SMSeconds, u.MemoryMiBSeconds, float64(u.MemoryMiB)} {
@@ -456,7 +459,20 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 			mib := u.MemoryMiB
 			tx.OnCommit(func() { srv.metrics.observeUsed(name, c, mib, used, elapsed) })
 		}
-		for _, e := range req.Events {
+		events := req.Events
+		pass, dropped, undo := srv.events.admit(name, now, len(events))
+		tx.OnRollback(undo)
+		if pass < len(events) {
+			lost := len(events) - pass
+			tx.OnCommit(func() { srv.metrics.observeDropped(name, lost) })
+		}
+		events = events[:pass]
+		if dropped > 0 {
+			srv.log.Warn("agent events dropped: rate limit", "node", name, "dropped", dropped)
+			events = append(events, api.Event{Kind: "events-dropped",
+				Message: fmt.Sprintf("%d events from node %s dropped: rate limit (%g/s, burst %d)", dropped, name, srv.cfg.AgentEventRate, srv.cfg.AgentEventBurst)})
+		}
+		for _, e := range events {
 			// The agent names what happened; who it concerns is the
 			// server's to say: a claim only if it is on this node, and its
 			// tenant from the claim.
@@ -529,6 +545,10 @@ func (srv *Server) deleteNode(w http.ResponseWriter, r *http.Request, p principa
 			}
 			return err
 		}
+		tx.OnCommit(func() {
+			srv.events.forget(name)
+			srv.metrics.dropped.DeleteLabelValues(name)
+		})
 		ev := api.Event{Time: srv.cfg.Clock(), Kind: "node-deleted", Node: name, Message: "deleted by an admin; its claims are re-queued"}
 		if err := tx.AppendEvent(&ev); err != nil {
 			return err
