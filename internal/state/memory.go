@@ -29,12 +29,15 @@ type Memory struct {
 	tokenByHash map[string]string   // hash → ID
 	claims      map[string]memClaim // by ID
 	claimOrder  []string            // IDs in Seq order
-	nodes       map[string][]byte
-	services    map[string][]byte
-	events      []memEvent // in Seq order
-	usage       map[string]api.Consumption
-	claimSeq    int64
-	eventSeq    int64
+	// finals holds the final claims in the order PruneClaims deletes
+	// them (by end, then seq), kept in step with every claim write.
+	finals   []finalRef
+	nodes    map[string][]byte
+	services map[string][]byte
+	events   []memEvent // in Seq order
+	usage    map[string]api.Consumption
+	claimSeq int64
+	eventSeq int64
 }
 
 type memToken struct {
@@ -55,6 +58,37 @@ type memClaim struct {
 func newMemClaim(seq int64, c api.Claim, data []byte) memClaim {
 	end, _ := ended(c)
 	return memClaim{seq: seq, tenant: c.Tenant, state: c.State, nodes: ClaimNodes(c), ended: end, data: data}
+}
+
+// finalRef is a final claim in Memory.finals.
+type finalRef struct {
+	key pruneKey
+	id  string
+}
+
+func cmpFinal(r finalRef, k pruneKey) int { return r.key.cmp(k) }
+
+// indexFinal keeps m.finals in step with a claim write: the claim was
+// old (had: it existed) and becomes now.
+func (tx *memTx) indexFinal(old memClaim, had bool, now memClaim, id string) {
+	m := tx.m
+	oldFinal, nowFinal := had && old.state.Final(), now.state.Final()
+	oldKey, nowKey := pruneKey{at: old.ended, seq: old.seq}, pruneKey{at: now.ended, seq: now.seq}
+	if oldFinal == nowFinal && (!nowFinal || oldKey == nowKey) {
+		return
+	}
+	if oldFinal {
+		if i, ok := slices.BinarySearchFunc(m.finals, oldKey, cmpFinal); ok {
+			ref := m.finals[i]
+			m.finals = slices.Delete(m.finals, i, i+1)
+			tx.undo = append(tx.undo, func() { m.finals = slices.Insert(m.finals, i, ref) })
+		}
+	}
+	if nowFinal {
+		i, _ := slices.BinarySearchFunc(m.finals, nowKey, cmpFinal)
+		m.finals = slices.Insert(m.finals, i, finalRef{key: nowKey, id: id})
+		tx.undo = append(tx.undo, func() { m.finals = slices.Delete(m.finals, i, i+1) })
+	}
 }
 
 type memEvent struct {
@@ -371,6 +405,7 @@ func (tx *memTx) CreateClaim(c *api.Claim) error {
 	})
 	m.claimSeq++
 	m.claims[c.ID] = newMemClaim(m.claimSeq, *c, data)
+	tx.indexFinal(memClaim{}, false, m.claims[c.ID], c.ID)
 	m.claimOrder = append(m.claimOrder, c.ID)
 	c.Seq = m.claimSeq
 	return nil
@@ -427,6 +462,7 @@ func (tx *memTx) UpdateClaim(c api.Claim) error {
 	}
 	setUndo(tx, tx.m.claims, c.ID)
 	tx.m.claims[c.ID] = newMemClaim(old.seq, c, data)
+	tx.indexFinal(old, true, tx.m.claims[c.ID], c.ID)
 	return nil
 }
 
@@ -545,6 +581,13 @@ func (tx *memTx) PruneEvents(before time.Time, keep, limit int) (int, error) {
 		return 0, err
 	}
 	m := tx.m
+	if n, ok := pruneEventPrefix(m.events, before, keep, limit); ok {
+		// Times in seq order (the usual case): what goes is a prefix.
+		old := m.events
+		tx.undo = append(tx.undo, func() { m.events = old })
+		m.events = old[n:]
+		return n, nil
+	}
 	keys := make([]pruneKey, len(m.events))
 	for i, e := range m.events {
 		keys[i] = pruneKey{at: e.at, seq: e.seq}
@@ -569,36 +612,76 @@ func (tx *memTx) PruneEvents(before time.Time, keep, limit int) (int, error) {
 	return n, nil
 }
 
+// pruneEventPrefix is pruneOrder for events whose times are in seq order
+// (ok false otherwise), without copying them: how many of the first go.
+func pruneEventPrefix(evs []memEvent, before time.Time, keep, limit int) (n int, ok bool) {
+	for i := 1; i < len(evs); i++ {
+		if evs[i].at < evs[i-1].at {
+			return 0, false
+		}
+	}
+	key := func(i int) pruneKey { return pruneKey{at: evs[i].at, seq: evs[i].seq} }
+	var keyK pruneKey
+	hasK := keep > 0 && len(evs) > keep
+	if hasK {
+		keyK = key(len(evs) - keep - 1)
+	}
+	cut, any := pruneCut(before, keyK, hasK)
+	if !any {
+		return 0, true
+	}
+	n = sort.Search(len(evs), func(i int) bool { return cut.less(key(i)) })
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	return n, true
+}
+
 func (tx *memTx) PruneClaims(before time.Time, keep, limit int) (int, error) {
 	if err := tx.write(); err != nil {
 		return 0, err
 	}
 	m := tx.m
-	var keys []pruneKey
-	bySeq := map[int64]string{}
-	for _, id := range m.claimOrder {
-		mc := m.claims[id]
-		if mc.state.Final() {
-			keys = append(keys, pruneKey{at: mc.ended, seq: mc.seq})
-			bySeq[mc.seq] = id
-		}
+	var keyK pruneKey
+	hasK := keep > 0 && len(m.finals) > keep
+	if hasK {
+		keyK = m.finals[len(m.finals)-keep-1].key
 	}
-	n := pruneOrder(keys, before, keep, limit)
+	cut, ok := pruneCut(before, keyK, hasK)
+	if !ok {
+		return 0, nil
+	}
+	n := sort.Search(len(m.finals), func(i int) bool { return cut.less(m.finals[i].key) })
+	if limit > 0 {
+		n = min(n, limit)
+	}
 	if n == 0 {
 		return 0, nil
 	}
-	for _, k := range keys[:n] {
-		id := bySeq[k.seq]
-		setUndo(tx, m.claims, id)
-		delete(m.claims, id)
+	gone := slices.Clone(m.finals[:n])
+	clear(m.finals[:n]) // drop references; the undo has them
+	m.finals = m.finals[n:]
+	tx.undo = append(tx.undo, func() { m.finals = slices.Insert(m.finals, 0, gone...) })
+	// claimOrder is in seq order: find each pruned claim by its seq,
+	// then copy the rest once.
+	at := make([]int, 0, n)
+	for _, r := range gone {
+		i := sort.Search(len(m.claimOrder), func(i int) bool { return m.claims[m.claimOrder[i]].seq >= r.key.seq })
+		at = append(at, i)
 	}
+	for _, r := range gone {
+		setUndo(tx, m.claims, r.id)
+		delete(m.claims, r.id)
+	}
+	slices.Sort(at)
 	old := m.claimOrder
 	kept := make([]string, 0, len(old)-n)
-	for _, id := range old {
-		if _, ok := m.claims[id]; ok {
-			kept = append(kept, id)
-		}
+	from := 0
+	for _, i := range at {
+		kept = append(kept, old[from:i]...)
+		from = i + 1
 	}
+	kept = append(kept, old[from:]...)
 	tx.undo = append(tx.undo, func() { m.claimOrder = old })
 	m.claimOrder = kept
 	return n, nil

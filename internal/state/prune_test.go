@@ -201,9 +201,51 @@ func testPruneClaims(t *testing.T, s Store) {
 	if after := dump(t, s); after != before {
 		t.Fatalf("a rolled-back prune changed the store:\nbefore %s\nafter  %s", before, after)
 	}
+	// Writes rolled back leave the order of ends as it was: a live claim
+	// made final, a final one re-dated, and a new final one, all undone.
+	err = s.Update(ctx, func(tx Tx) error {
+		for id, st := range map[string]api.ClaimState{"live-running": api.Released, "f-5": api.Failed} {
+			c, err := tx.GetClaim(id)
+			if err != nil {
+				return err
+			}
+			c.State, c.Updated = st, t0.Add(-time.Hour)
+			if err := tx.UpdateClaim(c); err != nil {
+				return err
+			}
+		}
+		c := sampleClaim("f-new", "acme", api.Released)
+		c.Updated = t0.Add(-time.Hour)
+		if err := tx.CreateClaim(&c); err != nil {
+			return err
+		}
+		if n, err := tx.PruneClaims(t0, 0, 0); err != nil || n != 3 {
+			t.Errorf("PruneClaims of the three just made final: %d, %v", n, err)
+		}
+		return errBoom
+	})
+	if !errors.Is(err, errBoom) {
+		t.Fatal(err)
+	}
+	if after := dump(t, s); after != before {
+		t.Fatalf("rolled-back writes and prune changed the store:\nbefore %s\nafter  %s", before, after)
+	}
+	// A final claim re-dated (committed) is pruned by its new end.
+	update(t, s, func(tx Tx) error {
+		c, err := tx.GetClaim("f-5")
+		if err != nil {
+			return err
+		}
+		c.Updated = t0.Add(-time.Minute)
+		return tx.UpdateClaim(c)
+	})
+	if n := prune(t, s, func(tx Tx) (int, error) { return tx.PruneClaims(t0, 0, 0) }); n != 1 {
+		t.Fatalf("PruneClaims by the re-dated end deleted %d, want 1", n)
+	}
+	same(t, "claims after the re-dated one went", claimIDsOf(t, s, ClaimFilter{}), append(live, "f-4"))
 	// Everything final goes; nothing live ever does, however old.
-	if n := prune(t, s, func(tx Tx) (int, error) { return tx.PruneClaims(t0.Add(time.Hour), 1, 0) }); n != 2 {
-		t.Fatalf("PruneClaims(everything final) deleted %d, want 2", n)
+	if n := prune(t, s, func(tx Tx) (int, error) { return tx.PruneClaims(t0.Add(time.Hour), 1, 0) }); n != 1 {
+		t.Fatalf("PruneClaims(everything final) deleted %d, want 1", n)
 	}
 	same(t, "claims left", claimIDsOf(t, s, ClaimFilter{}), live)
 	same(t, "claims left on n1", claimIDsOf(t, s, ClaimFilter{Node: "n1"}), live)
