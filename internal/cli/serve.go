@@ -144,6 +144,7 @@ func serveCmd(e *env) *cobra.Command {
 	var replicaUser, replicaUIDs, replicaDir string
 	var nodePools string
 	var maxQueued, defReplicas int
+	var ret retentionFlags
 	var noAgent, modeSwitch, selfSigned bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -210,8 +211,12 @@ exists it refuses a database that is missing or empty instead of starting afresh
 			if !cmd.Flags().Changed("allow-mode-switch") {
 				policy.AllowModeSwitch = dev.Info().Simulated // harmless on simulated GPUs
 			}
-			srv, err := server.New(ctx, server.Config{Store: store, Log: log, NodeTimeout: nodeTimeout,
-				Simulated: dev.Info().Simulated, Policy: policy, ReserveAfter: reserveAfter, MaxQueuedPerTenant: maxQueued, LeaseGrace: leaseGrace})
+			scfg := server.Config{Store: store, Log: log, NodeTimeout: nodeTimeout,
+				Simulated: dev.Info().Simulated, Policy: policy, ReserveAfter: reserveAfter, MaxQueuedPerTenant: maxQueued, LeaseGrace: leaseGrace}
+			if err := ret.apply(&scfg); err != nil {
+				return err
+			}
+			srv, err := server.New(ctx, scfg)
 			if err != nil {
 				return err
 			}
@@ -332,6 +337,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 30*time.Second, "mark a node lost after this long without a heartbeat")
 	cmd.Flags().DurationVar(&reserveAfter, "reserve-after", 5*time.Minute, "after a queued claim waits this long, a node is held for it: claims behind it of its priority or lower go elsewhere; negative: always backfill")
 	cmd.Flags().IntVar(&maxQueued, "max-queued", 1000, "most claims a tenant may have waiting; past it a claim that would wait is refused with 429 (negative: no bound)")
+	ret.register(cmd)
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
 	cmd.Flags().DurationVar(&leaseGrace, "lease-grace", 10*time.Second, "how long past its lease a leased claim (gpuslice run, service replicas) is kept before it is released")
 	cmd.Flags().StringVar(&replicaUIDs, "replica-uids", "2100000000-2100065535", "as root: each service replica runs as a uid (and gid) of its own from this range, FROM-TO (ids no account of the host uses)")

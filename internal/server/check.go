@@ -87,8 +87,9 @@ func (srv *Server) Check(ctx context.Context) error {
 }
 
 // Tick runs the background steps once, in order: the lost-node sweep,
-// then a retry of the pending queue. Run does the same on timers; tests
-// and simulations call Tick instead to stay deterministic.
+// a retry of the pending queue, then a prune of the history past its
+// retention. Run does the same on timers; tests and simulations call Tick
+// instead to stay deterministic.
 func (srv *Server) Tick(ctx context.Context) error {
 	if err := srv.sweep(ctx); err != nil {
 		return err
@@ -97,7 +98,8 @@ func (srv *Server) Tick(ctx context.Context) error {
 		return err
 	}
 	srv.retryPending(ctx)
-	return nil
+	_, err := srv.Prune(ctx)
+	return err
 }
 
 func addTo(m map[string]tenantUse, tenant string, u tenantUse, sign int) {

@@ -24,6 +24,10 @@ type metrics struct {
 	// scrape.
 	usedMiB map[string]usedEntry
 	handler http.Handler
+	// dropped counts agent events dropped by the rate limit, per node;
+	// pruned the events and claims removed past their retention.
+	dropped *prometheus.CounterVec
+	pruned  *prometheus.CounterVec
 }
 
 var (
@@ -54,12 +58,23 @@ func newMetrics(srv *Server) *metrics {
 	m := &metrics{srv: srv, reg: prometheus.NewRegistry(), usedMiB: map[string]usedEntry{}}
 	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpuslice_allocation_latency_seconds",
 		Help: "Time to decide and reserve an allocation.", Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10)})
-	m.reg.MustRegister(m.latency, m, sliceCollector{srv}, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuslice_agent_events_dropped_total",
+		Help: "Events from a node's agent dropped by the per-node rate limit."}, []string{"node"})
+	m.pruned = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpuslice_pruned_total",
+		Help: "Events and final claims removed past their retention (age or count)."}, []string{"kind"})
+	m.reg.MustRegister(m.latency, m.dropped, m.pruned, m, sliceCollector{srv}, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }
 
 func (m *metrics) observeAllocation(d time.Duration) { m.latency.Observe(d.Seconds()) }
+
+func (m *metrics) observeDropped(node string, n int) { m.dropped.WithLabelValues(node).Add(float64(n)) }
+
+func (m *metrics) observePruned(p Pruned) {
+	m.pruned.WithLabelValues("events").Add(float64(p.Events))
+	m.pruned.WithLabelValues("claims").Add(float64(p.Claims))
+}
 
 func (m *metrics) observeUsed(node string, c api.Claim, mib int64, used api.Consumption, elapsed time.Duration) {
 	if c.Allocation == nil || len(c.Allocation.Devices) == 0 {

@@ -245,8 +245,11 @@ var eventKind = regexp.MustCompile(`^[a-z][a-z0-9-]{0,47}$`)
 // non-finite or negative usage, event kinds outside [a-z0-9-]; it cuts
 // messages to 4 KiB.
 func checkHeartbeat(req *HeartbeatRequest) error {
-	if len(req.Usage) > 10000 || len(req.Events) > 1000 {
-		return errField("usage", "at most 10,000 usage samples and 1,000 events per heartbeat")
+	if len(req.Usage) > 10000 {
+		return errField("usage", "at most 10,000 usage samples per heartbeat, got %d", len(req.Usage))
+	}
+	if len(req.Events) > 1000 {
+		return errField("events", "at most 1,000 events per heartbeat, got %d", len(req.Events))
 	}
 	for i, u := range req.Usage {
 		for _, v := range []float64{u.GPUSeconds, u.SMSeconds, u.MemoryMiBSeconds, float64(u.MemoryMiB)} {
@@ -266,33 +269,113 @@ func checkHeartbeat(req *HeartbeatRequest) error {
 	return nil
 }
 
-// usageBound is the most a claim can have used on a node in elapsed: each
-// of its devices there busy the whole time (SM-seconds likewise), and all
-// of their memory held. A sample above it is clamped, with a warning.
-func usageBound(c api.Claim, node string, inv alloc.Node, elapsed time.Duration) api.Consumption {
-	secs := elapsed.Seconds() + 5 // clock slack between agent and server
-	mem := map[string]int64{}
-	for _, g := range inv.GPUs {
-		if m, err := catalogModel(g.Model); err == nil {
-			mem[g.UUID] = m
-		}
+// usageLimit is the most a claim may be billed in one heartbeat, per
+// measure: in the heartbeat (Beat) and in all (Life, of which the claim
+// may already have been billed some).
+type usageLimit struct {
+	Beat, Life api.Consumption
+}
+
+// usageBound is the one rule that bounds what an agent can bill, whatever
+// it sends: a claim is billed at most
+//   - in one heartbeat, each of its devices on node busy for elapsed (the
+//     time since the node's last heartbeat) plus 5 s of clock slack, and
+//   - over its life, each of its devices (on every node) busy from its
+//     creation to now, or to its end once final — so neither samples
+//     repeated in one heartbeat nor many rapid heartbeats (each with its
+//     slack) can bill more than the devices could have run.
+//
+// GPU- and SM-seconds count devices × seconds; MiB-seconds the memory of
+// each device's GPU (memOf, from its node's inventory; what the device
+// promises, if more) × seconds.
+func usageBound(c api.Claim, node string, memOf func(node, gpu string) int64, elapsed time.Duration, now time.Time) usageLimit {
+	beat := max(0, elapsed.Seconds()) + 5 // clock slack between agent and server
+	life := claimLife(c, now).Seconds()
+	var b usageLimit
+	if c.Allocation == nil {
+		return b
 	}
-	var b api.Consumption
 	for _, d := range c.Allocation.Devices {
-		if d.Node != node {
-			continue
+		mem := float64(max(memOf(d.Node, d.GPU), d.MemoryMiB))
+		b.Life = b.Life.Add(api.Consumption{GPUSeconds: life, SMSeconds: life, MemoryMiBSeconds: mem * life})
+		if d.Node == node {
+			b.Beat = b.Beat.Add(api.Consumption{GPUSeconds: beat, SMSeconds: beat, MemoryMiBSeconds: mem * beat})
 		}
-		b.GPUSeconds += secs
-		b.SMSeconds += secs
-		b.MemoryMiBSeconds += float64(max(mem[d.GPU], d.MemoryMiB)) * secs
 	}
 	return b
 }
 
-func clampUsage(u, bound api.Consumption) (api.Consumption, bool) {
-	out := api.Consumption{GPUSeconds: min(u.GPUSeconds, bound.GPUSeconds), SMSeconds: min(u.SMSeconds, bound.SMSeconds),
-		MemoryMiBSeconds: min(u.MemoryMiBSeconds, bound.MemoryMiBSeconds)}
-	return out, out != u
+// claimLife is how long a claim has been, or was, alive: from its
+// creation to now, or to its end (Updated) once final.
+func claimLife(c api.Claim, now time.Time) time.Duration {
+	end := now
+	if c.State.Final() && c.Updated.Before(end) {
+		end = c.Updated
+	}
+	return max(0, end.Sub(c.Created))
+}
+
+// clampUsage bills sample u to a claim already billed prior, within lim:
+// what is added (to the claim and its tenant), the claim's new total, and
+// whether anything was cut. The total never exceeds lim.Life (nor goes
+// down, for a claim billed more before its devices changed).
+func clampUsage(prior, u api.Consumption, lim usageLimit) (add, total api.Consumption, clamped bool) {
+	field := func(prior, x, beat, life float64) (float64, float64) {
+		t := min(prior+min(x, beat), max(life, prior))
+		return t - prior, t
+	}
+	add.GPUSeconds, total.GPUSeconds = field(prior.GPUSeconds, u.GPUSeconds, lim.Beat.GPUSeconds, lim.Life.GPUSeconds)
+	add.SMSeconds, total.SMSeconds = field(prior.SMSeconds, u.SMSeconds, lim.Beat.SMSeconds, lim.Life.SMSeconds)
+	add.MemoryMiBSeconds, total.MemoryMiBSeconds = field(prior.MemoryMiBSeconds, u.MemoryMiBSeconds, lim.Beat.MemoryMiBSeconds, lim.Life.MemoryMiBSeconds)
+	return add, total, add != u
+}
+
+// mergeSamples sums each claim's samples (kept in the order claims first
+// appear), so that a claim's usage is clamped once per heartbeat however
+// many samples name it; MemoryMiB, a level, is the largest reported.
+func mergeSamples(us []UsageSample) []UsageSample {
+	var out []UsageSample
+	at := map[string]int{}
+	for _, u := range us {
+		i, ok := at[u.Claim]
+		if !ok {
+			at[u.Claim] = len(out)
+			out = append(out, u)
+			continue
+		}
+		m := &out[i]
+		m.GPUSeconds += u.GPUSeconds
+		m.SMSeconds += u.SMSeconds
+		m.MemoryMiBSeconds += u.MemoryMiBSeconds
+		m.MemoryMiB = max(m.MemoryMiB, u.MemoryMiB)
+	}
+	return out
+}
+
+// gpuMemory returns, for node's GPUs, the memory (MiB) of their catalog
+// models; it reads nodes other than the one in hand from tx once each.
+func gpuMemory(tx state.Tx, have api.Node) func(node, gpu string) int64 {
+	mems := map[string]map[string]int64{}
+	load := func(inv alloc.Node) map[string]int64 {
+		m := map[string]int64{}
+		for _, g := range inv.GPUs {
+			if mib, err := catalogModel(g.Model); err == nil {
+				m[g.UUID] = mib
+			}
+		}
+		return m
+	}
+	mems[have.Name] = load(have.Inventory)
+	return func(node, gpu string) int64 {
+		m, ok := mems[node]
+		if !ok {
+			if n, err := tx.GetNode(node); err == nil {
+				m = load(n.Inventory)
+			}
+			mems[node] = m
+		}
+		return m[gpu]
+	}
 }
 
 func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal) {
@@ -349,24 +432,25 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 				return err
 			}
 		}
-		for _, u := range req.Usage {
+		memOf := gpuMemory(tx, n)
+		for _, u := range mergeSamples(req.Usage) {
 			c, err := tx.GetClaim(u.Claim)
 			if err != nil || !onNode(c, name) {
 				continue // released and gone, or not this node's to report
 			}
-			used, clamped := clampUsage(api.Consumption{GPUSeconds: u.GPUSeconds, SMSeconds: u.SMSeconds, MemoryMiBSeconds: u.MemoryMiBSeconds},
-				usageBound(c, name, n.Inventory, elapsed))
+			var prior api.Consumption
+			if c.Used != nil {
+				prior = *c.Used
+			}
+			used, total, clamped := clampUsage(prior, api.Consumption{GPUSeconds: u.GPUSeconds, SMSeconds: u.SMSeconds, MemoryMiBSeconds: u.MemoryMiBSeconds},
+				usageBound(c, name, memOf, elapsed, now))
 			if clamped {
-				srv.log.Warn("usage sample above what the claim's devices allow in the time since the last heartbeat; clamped", "node", name, "claim", c.ID)
+				srv.log.Warn("usage above what the claim's devices allow since the last heartbeat or in the claim's life; clamped", "node", name, "claim", c.ID)
 			}
 			if err := tx.AddUsage(c.Tenant, used); err != nil {
 				return err
 			}
 			if used != (api.Consumption{}) {
-				total := used
-				if c.Used != nil {
-					total = c.Used.Add(used)
-				}
 				c.Used = &total
 				if err := tx.UpdateClaim(c); err != nil {
 					return err
@@ -375,7 +459,20 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 			mib := u.MemoryMiB
 			tx.OnCommit(func() { srv.metrics.observeUsed(name, c, mib, used, elapsed) })
 		}
-		for _, e := range req.Events {
+		events := req.Events
+		pass, dropped, undo := srv.events.admit(name, now, len(events))
+		tx.OnRollback(undo)
+		if pass < len(events) {
+			lost := len(events) - pass
+			tx.OnCommit(func() { srv.metrics.observeDropped(name, lost) })
+		}
+		events = events[:pass]
+		if dropped > 0 {
+			srv.log.Warn("agent events dropped: rate limit", "node", name, "dropped", dropped)
+			events = append(events, api.Event{Kind: "events-dropped",
+				Message: fmt.Sprintf("%d events from node %s dropped: rate limit (%g/s, burst %d)", dropped, name, srv.cfg.AgentEventRate, srv.cfg.AgentEventBurst)})
+		}
+		for _, e := range events {
 			// The agent names what happened; who it concerns is the
 			// server's to say: a claim only if it is on this node, and its
 			// tenant from the claim.
@@ -448,6 +545,10 @@ func (srv *Server) deleteNode(w http.ResponseWriter, r *http.Request, p principa
 			}
 			return err
 		}
+		tx.OnCommit(func() {
+			srv.events.forget(name)
+			srv.metrics.dropped.DeleteLabelValues(name)
+		})
 		ev := api.Event{Time: srv.cfg.Clock(), Kind: "node-deleted", Node: name, Message: "deleted by an admin; its claims are re-queued"}
 		if err := tx.AppendEvent(&ev); err != nil {
 			return err

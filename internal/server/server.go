@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -64,6 +65,32 @@ type Config struct {
 	// it is released (default 10s; negative: none): a holder that renews
 	// a little late, or a client partitioned for a moment, keeps its claim.
 	LeaseGrace time.Duration
+
+	// Retention (retention.go): events older than EventRetention (default
+	// 7 days) and past the newest MaxEvents (default 100,000) are pruned;
+	// so are final claims (released, failed) that ended more than
+	// ClaimRetention ago (default 7 days) or are past the MaxFinalClaims
+	// that ended last (default 100,000). Negative: no bound of that kind.
+	// Live claims are never pruned; tenants' usage totals are kept apart
+	// from claims and never pruned. Pruning runs every PruneInterval
+	// (default 1 minute) in transactions of at most PruneBatch rows
+	// (default 1,000).
+	EventRetention time.Duration
+	MaxEvents      int
+	ClaimRetention time.Duration
+	MaxFinalClaims int
+	PruneInterval  time.Duration
+	PruneBatch     int
+
+	// AgentEventRate and AgentEventBurst bound the events each node's
+	// agent may add (ratelimit.go): a token bucket of AgentEventBurst
+	// events (default 100) refilled at AgentEventRate per second (default
+	// 1). Events past it are dropped and counted, and one event per
+	// EventDropWindow (default 1 minute) per node says how many. A
+	// negative AgentEventRate: no limit.
+	AgentEventRate  float64
+	AgentEventBurst int
+	EventDropWindow time.Duration
 }
 
 // Server is the control plane: API, auth, scheduling and metrics.
@@ -83,6 +110,8 @@ type Server struct {
 	// cache holds tokens and tenants: the server is the store's only
 	// writer, so it keeps them current on every change it makes.
 	cache cache
+	// events limits what each node's agent may add to the event log.
+	events *eventLimiter
 }
 
 type cache struct {
@@ -185,7 +214,38 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.LeaseGrace = 10 * time.Second
 	}
 	cfg.LeaseGrace = max(cfg.LeaseGrace, 0)
-	srv := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, sched: newScheduler(), series: web.NewSeries(cfg.SeriesLength)}
+	if cfg.EventRetention == 0 {
+		cfg.EventRetention = DefaultEventRetention
+	}
+	if cfg.MaxEvents == 0 {
+		cfg.MaxEvents = DefaultMaxEvents
+	}
+	if cfg.ClaimRetention == 0 {
+		cfg.ClaimRetention = DefaultClaimRetention
+	}
+	if cfg.MaxFinalClaims == 0 {
+		cfg.MaxFinalClaims = DefaultMaxFinalClaims
+	}
+	if cfg.PruneInterval <= 0 {
+		cfg.PruneInterval = DefaultPruneInterval
+	}
+	if cfg.PruneBatch <= 0 {
+		cfg.PruneBatch = DefaultPruneBatch
+	}
+	if cfg.AgentEventRate == 0 {
+		cfg.AgentEventRate = DefaultAgentEventRate
+	}
+	if cfg.AgentEventBurst <= 0 {
+		cfg.AgentEventBurst = DefaultAgentEventBurst
+	}
+	if cfg.EventDropWindow <= 0 {
+		cfg.EventDropWindow = DefaultEventDropWindow
+	}
+	if math.IsNaN(cfg.AgentEventRate) || math.IsInf(cfg.AgentEventRate, 0) {
+		return nil, fmt.Errorf("server: AgentEventRate %v: want a finite number of events per second (negative: no limit)", cfg.AgentEventRate)
+	}
+	srv := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, sched: newScheduler(), series: web.NewSeries(cfg.SeriesLength),
+		events: newEventLimiter(cfg.AgentEventRate, cfg.AgentEventBurst, cfg.EventDropWindow)}
 	srv.leases.m = map[string]lease{}
 	srv.metrics = newMetrics(srv)
 	if err := srv.loadCache(ctx); err != nil {
@@ -200,13 +260,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return srv, nil
 }
 
-// Run starts the background loops (pending retries, lost-node sweeps)
-// until ctx ends.
+// Run starts the background loops (pending retries, lost-node sweeps,
+// dashboard samples, pruning) until ctx ends.
 func (srv *Server) Run(ctx context.Context) {
 	go srv.retryLoop(ctx)
 	go srv.sweepLoop(ctx)
 	go srv.leaseLoop(ctx)
 	go srv.sampleLoop(ctx)
+	go srv.pruneLoop(ctx)
 }
 
 // Routes lists the API's "METHOD /path" patterns, as Handler registers

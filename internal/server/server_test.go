@@ -48,6 +48,13 @@ func newHarness(t *testing.T, store state.Store) *harness {
 // the test drives them with Server.Tick.
 func newHarnessRun(t *testing.T, store state.Store, run bool) *harness {
 	t.Helper()
+	return newHarnessWith(t, store, run, nil)
+}
+
+// newHarnessWith is newHarnessRun with the server's configuration changed
+// by configure (nil: as it is) before the server starts.
+func newHarnessWith(t *testing.T, store state.Store, run bool, configure func(*server.Config)) *harness {
+	t.Helper()
 	h := &harness{t: t, now: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}
 	if store == nil {
 		store = state.NewMemory()
@@ -56,6 +63,9 @@ func newHarnessRun(t *testing.T, store state.Store, run bool) *harness {
 	t.Cleanup(cancel)
 	h.cfg = server.Config{Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Clock: h.clock, NodeTimeout: 30 * time.Second, SweepInterval: 10 * time.Millisecond, RetryInterval: 20 * time.Millisecond}
+	if configure != nil {
+		configure(&h.cfg)
+	}
 	srv, err := server.New(ctx, h.cfg)
 	if err != nil {
 		t.Fatal(err)

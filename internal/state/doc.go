@@ -8,8 +8,12 @@
 // deep copies. Missing and duplicate records give errors that wrap
 // ErrNotFound and ErrExists and name the record (`claim "c-12": not found`).
 // Claims and events get a Seq from the store: monotonic, and never reused
-// once committed. Claims are ordered by Seq (FIFO); ClaimFilter selects them
-// by tenant, states and node (ClaimNodes).
+// once committed, even after the record is pruned. Claims are ordered by Seq
+// (FIFO); ClaimFilter selects them by tenant, states and node (ClaimNodes).
+// PruneEvents and PruneClaims delete history past an age and a count, at
+// most a given number of rows per call, oldest first (events by time, final
+// claims by the time they ended); live claims are never pruned, and the
+// tenants' usage totals are kept apart from claims.
 //
 // Two backends implement the same contract, checked by one test suite:
 //
@@ -30,7 +34,9 @@
 // connections (query_only=ON); under WAL they read a snapshot while the
 // writer writes. The queried fields are columns (claim id, seq, tenant,
 // state, priority; a claim_nodes table for the nodes a claim touches, since
-// an allocation may span several); the rest of each record is a JSON blob.
+// an allocation may span several; since schema 4, an event's time and a
+// final claim's end, in microseconds, indexed for pruning); the rest of
+// each record is a JSON blob.
 //
 // The schema is versioned in a schema_version table and migrated on open by
 // ordered steps (migrations) inside one transaction. A database whose

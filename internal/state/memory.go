@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/gpuslice/gpuslice/internal/api"
 )
@@ -27,13 +28,16 @@ type Memory struct {
 	tokens      map[string]memToken // by ID
 	tokenByHash map[string]string   // hash → ID
 	claims      map[string]memClaim // by ID
-	claimOrder  []string            // IDs in Seq order (claims are never deleted)
-	nodes       map[string][]byte
-	services    map[string][]byte
-	events      []memEvent // in Seq order
-	usage       map[string]api.Consumption
-	claimSeq    int64
-	eventSeq    int64
+	claimOrder  []string            // IDs in Seq order
+	// finals holds the final claims in the order PruneClaims deletes
+	// them (by end, then seq), kept in step with every claim write.
+	finals   []finalRef
+	nodes    map[string][]byte
+	services map[string][]byte
+	events   []memEvent // in Seq order
+	usage    map[string]api.Consumption
+	claimSeq int64
+	eventSeq int64
 }
 
 type memToken struct {
@@ -46,11 +50,50 @@ type memClaim struct {
 	tenant string
 	state  api.ClaimState
 	nodes  []string
-	data   []byte
+	// ended is the claim's end stamp (final claims only, see ended).
+	ended int64
+	data  []byte
+}
+
+func newMemClaim(seq int64, c api.Claim, data []byte) memClaim {
+	end, _ := ended(c)
+	return memClaim{seq: seq, tenant: c.Tenant, state: c.State, nodes: ClaimNodes(c), ended: end, data: data}
+}
+
+// finalRef is a final claim in Memory.finals.
+type finalRef struct {
+	key pruneKey
+	id  string
+}
+
+func cmpFinal(r finalRef, k pruneKey) int { return r.key.cmp(k) }
+
+// indexFinal keeps m.finals in step with a claim write: the claim was
+// old (had: it existed) and becomes now.
+func (tx *memTx) indexFinal(old memClaim, had bool, now memClaim, id string) {
+	m := tx.m
+	oldFinal, nowFinal := had && old.state.Final(), now.state.Final()
+	oldKey, nowKey := pruneKey{at: old.ended, seq: old.seq}, pruneKey{at: now.ended, seq: now.seq}
+	if oldFinal == nowFinal && (!nowFinal || oldKey == nowKey) {
+		return
+	}
+	if oldFinal {
+		if i, ok := slices.BinarySearchFunc(m.finals, oldKey, cmpFinal); ok {
+			ref := m.finals[i]
+			m.finals = slices.Delete(m.finals, i, i+1)
+			tx.undo = append(tx.undo, func() { m.finals = slices.Insert(m.finals, i, ref) })
+		}
+	}
+	if nowFinal {
+		i, _ := slices.BinarySearchFunc(m.finals, nowKey, cmpFinal)
+		m.finals = slices.Insert(m.finals, i, finalRef{key: nowKey, id: id})
+		tx.undo = append(tx.undo, func() { m.finals = slices.Delete(m.finals, i, i+1) })
+	}
 }
 
 type memEvent struct {
 	seq  int64
+	at   int64 // stamp of the event's Time
 	data []byte
 }
 
@@ -361,7 +404,8 @@ func (tx *memTx) CreateClaim(c *api.Claim) error {
 		m.claimOrder = m.claimOrder[:oldLen]
 	})
 	m.claimSeq++
-	m.claims[c.ID] = memClaim{seq: m.claimSeq, tenant: c.Tenant, state: c.State, nodes: ClaimNodes(*c), data: data}
+	m.claims[c.ID] = newMemClaim(m.claimSeq, *c, data)
+	tx.indexFinal(memClaim{}, false, m.claims[c.ID], c.ID)
 	m.claimOrder = append(m.claimOrder, c.ID)
 	c.Seq = m.claimSeq
 	return nil
@@ -417,7 +461,8 @@ func (tx *memTx) UpdateClaim(c api.Claim) error {
 		return err
 	}
 	setUndo(tx, tx.m.claims, c.ID)
-	tx.m.claims[c.ID] = memClaim{seq: old.seq, tenant: c.Tenant, state: c.State, nodes: ClaimNodes(c), data: data}
+	tx.m.claims[c.ID] = newMemClaim(old.seq, c, data)
+	tx.indexFinal(old, true, tx.m.claims[c.ID], c.ID)
 	return nil
 }
 
@@ -483,7 +528,7 @@ func (tx *memTx) AppendEvent(e *api.Event) error {
 		m.events = m.events[:oldLen]
 	})
 	m.eventSeq++
-	m.events = append(m.events, memEvent{seq: m.eventSeq, data: data})
+	m.events = append(m.events, memEvent{seq: m.eventSeq, at: stamp(e.Time), data: data})
 	e.Seq = m.eventSeq
 	return nil
 }
@@ -507,6 +552,139 @@ func (tx *memTx) EventsSince(seq int64, limit int) ([]api.Event, error) {
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// pruneOrder returns keys in the order a prune deletes them (by stamp,
+// then seq) and how many of them the bounds delete, at most limit.
+func pruneOrder(keys []pruneKey, before time.Time, keep, limit int) int {
+	if !slices.IsSortedFunc(keys, pruneKey.cmp) {
+		slices.SortFunc(keys, pruneKey.cmp)
+	}
+	var keyK pruneKey
+	hasK := keep > 0 && len(keys) > keep
+	if hasK {
+		keyK = keys[len(keys)-keep-1]
+	}
+	cut, ok := pruneCut(before, keyK, hasK)
+	if !ok {
+		return 0
+	}
+	n := sort.Search(len(keys), func(i int) bool { return cut.less(keys[i]) })
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	return n
+}
+
+func (tx *memTx) PruneEvents(before time.Time, keep, limit int) (int, error) {
+	if err := tx.write(); err != nil {
+		return 0, err
+	}
+	m := tx.m
+	if n, ok := pruneEventPrefix(m.events, before, keep, limit); ok {
+		// Times in seq order (the usual case): what goes is a prefix.
+		old := m.events
+		tx.undo = append(tx.undo, func() { m.events = old })
+		m.events = old[n:]
+		return n, nil
+	}
+	keys := make([]pruneKey, len(m.events))
+	for i, e := range m.events {
+		keys[i] = pruneKey{at: e.at, seq: e.seq}
+	}
+	n := pruneOrder(keys, before, keep, limit)
+	if n == 0 {
+		return 0, nil
+	}
+	gone := make(map[int64]bool, n)
+	for _, k := range keys[:n] {
+		gone[k.seq] = true
+	}
+	old := m.events
+	kept := make([]memEvent, 0, len(old)-n)
+	for _, e := range old {
+		if !gone[e.seq] {
+			kept = append(kept, e)
+		}
+	}
+	tx.undo = append(tx.undo, func() { m.events = old })
+	m.events = kept
+	return n, nil
+}
+
+// pruneEventPrefix is pruneOrder for events whose times are in seq order
+// (ok false otherwise), without copying them: how many of the first go.
+func pruneEventPrefix(evs []memEvent, before time.Time, keep, limit int) (n int, ok bool) {
+	for i := 1; i < len(evs); i++ {
+		if evs[i].at < evs[i-1].at {
+			return 0, false
+		}
+	}
+	key := func(i int) pruneKey { return pruneKey{at: evs[i].at, seq: evs[i].seq} }
+	var keyK pruneKey
+	hasK := keep > 0 && len(evs) > keep
+	if hasK {
+		keyK = key(len(evs) - keep - 1)
+	}
+	cut, any := pruneCut(before, keyK, hasK)
+	if !any {
+		return 0, true
+	}
+	n = sort.Search(len(evs), func(i int) bool { return cut.less(key(i)) })
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	return n, true
+}
+
+func (tx *memTx) PruneClaims(before time.Time, keep, limit int) (int, error) {
+	if err := tx.write(); err != nil {
+		return 0, err
+	}
+	m := tx.m
+	var keyK pruneKey
+	hasK := keep > 0 && len(m.finals) > keep
+	if hasK {
+		keyK = m.finals[len(m.finals)-keep-1].key
+	}
+	cut, ok := pruneCut(before, keyK, hasK)
+	if !ok {
+		return 0, nil
+	}
+	n := sort.Search(len(m.finals), func(i int) bool { return cut.less(m.finals[i].key) })
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	gone := slices.Clone(m.finals[:n])
+	clear(m.finals[:n]) // drop references; the undo has them
+	m.finals = m.finals[n:]
+	tx.undo = append(tx.undo, func() { m.finals = slices.Insert(m.finals, 0, gone...) })
+	// claimOrder is in seq order: find each pruned claim by its seq,
+	// then copy the rest once.
+	at := make([]int, 0, n)
+	for _, r := range gone {
+		i := sort.Search(len(m.claimOrder), func(i int) bool { return m.claims[m.claimOrder[i]].seq >= r.key.seq })
+		at = append(at, i)
+	}
+	for _, r := range gone {
+		setUndo(tx, m.claims, r.id)
+		delete(m.claims, r.id)
+	}
+	slices.Sort(at)
+	old := m.claimOrder
+	kept := make([]string, 0, len(old)-n)
+	from := 0
+	for _, i := range at {
+		kept = append(kept, old[from:i]...)
+		from = i + 1
+	}
+	kept = append(kept, old[from:]...)
+	tx.undo = append(tx.undo, func() { m.claimOrder = old })
+	m.claimOrder = kept
+	return n, nil
 }
 
 func (tx *memTx) AddUsage(tenant string, used api.Consumption) error {

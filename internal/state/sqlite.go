@@ -114,11 +114,25 @@ var migrations = [][]string{
 			data BLOB NOT NULL
 		)`,
 	},
+	// 4: retention. Events carry their time and final claims their end
+	// (microseconds since the epoch, see stamp), indexed so that a prune
+	// reads and deletes only what it removes. Rows written before get them
+	// from their JSON (SQLite's date functions keep milliseconds; a time
+	// it cannot read counts as 0, 1970).
+	{
+		`ALTER TABLE events ADD COLUMN at INTEGER NOT NULL DEFAULT 0`,
+		`UPDATE events SET at = COALESCE(CAST(unixepoch(json_extract(CAST(data AS TEXT), '$.time'), 'subsec') * 1000000 AS INTEGER), 0)`,
+		`CREATE INDEX events_at ON events (at, seq)`,
+		`ALTER TABLE claims ADD COLUMN ended INTEGER`,
+		`UPDATE claims SET ended = COALESCE(CAST(unixepoch(json_extract(CAST(data AS TEXT), '$.updated'), 'subsec') * 1000000 AS INTEGER), 0)
+			WHERE state IN ('released', 'failed')`,
+		`CREATE INDEX claims_ended ON claims (ended, seq) WHERE ended IS NOT NULL`,
+	},
 }
 
 // SchemaVersion is the schema version this binary writes: the number of
 // migrations (a test checks they agree).
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // SQLite is the durable Store: one SQLite database file in WAL mode,
 // written by one goroutine that group-commits concurrent Updates (see the
@@ -1016,8 +1030,8 @@ func (tx *sqlTx) CreateClaim(c *api.Claim) error {
 	if err != nil {
 		return err
 	}
-	res, err := tx.r.exec(`INSERT INTO claims (id, tenant, state, priority, data) VALUES (?, ?, ?, ?, ?)`,
-		c.ID, c.Tenant, string(c.State), c.Spec.Priority, data)
+	res, err := tx.r.exec(`INSERT INTO claims (id, tenant, state, priority, ended, data) VALUES (?, ?, ?, ?, ?, ?)`,
+		c.ID, c.Tenant, string(c.State), c.Spec.Priority, endedArg(*c), data)
 	if isConstraint(err) {
 		return exists("claim", c.ID)
 	}
@@ -1099,8 +1113,8 @@ func (tx *sqlTx) UpdateClaim(c api.Claim) error {
 		return err
 	}
 	var seq int64
-	found, err := tx.queryRow([]any{&seq}, `UPDATE claims SET tenant = ?, state = ?, priority = ?, data = ?
-		WHERE id = ? RETURNING seq`, c.Tenant, string(c.State), c.Spec.Priority, data, c.ID)
+	found, err := tx.queryRow([]any{&seq}, `UPDATE claims SET tenant = ?, state = ?, priority = ?, ended = ?, data = ?
+		WHERE id = ? RETURNING seq`, c.Tenant, string(c.State), c.Spec.Priority, endedArg(c), data, c.ID)
 	if err != nil {
 		return err
 	}
@@ -1167,7 +1181,7 @@ func (tx *sqlTx) AppendEvent(e *api.Event) error {
 	if err != nil {
 		return err
 	}
-	res, err := tx.r.exec(`INSERT INTO events (kind, data) VALUES (?, ?)`, e.Kind, data)
+	res, err := tx.r.exec(`INSERT INTO events (kind, at, data) VALUES (?, ?, ?)`, e.Kind, stamp(e.Time), data)
 	if err != nil {
 		return wrap(err)
 	}
@@ -1187,6 +1201,78 @@ func (tx *sqlTx) EventsSince(seq int64, limit int) ([]api.Event, error) {
 		limit = -1 // SQLite: no limit
 	}
 	return queryList(tx, true, decodeEvent, `SELECT seq, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, seq, limit)
+}
+
+// endedArg is the claims.ended column of c: its end stamp, NULL while live.
+func endedArg(c api.Claim) any {
+	if at, ok := ended(c); ok {
+		return at
+	}
+	return nil
+}
+
+func (tx *sqlTx) PruneEvents(before time.Time, keep, limit int) (int, error) {
+	if err := tx.write(); err != nil {
+		return 0, err
+	}
+	// The key just past the newest keep: a walk of keep entries of the
+	// index, newest first.
+	var keyK pruneKey
+	hasK := false
+	if keep > 0 {
+		var err error
+		if hasK, err = tx.queryRow([]any{&keyK.at, &keyK.seq},
+			`SELECT at, seq FROM events ORDER BY at DESC, seq DESC LIMIT 1 OFFSET ?`, keep); err != nil {
+			return 0, err
+		}
+	}
+	cut, ok := pruneCut(before, keyK, hasK)
+	if !ok {
+		return 0, nil
+	}
+	res, err := tx.r.exec(`DELETE FROM events WHERE seq IN (
+		SELECT seq FROM events WHERE (at, seq) <= (?, ?) ORDER BY at, seq LIMIT ?)`, cut.at, cut.seq, sqlLimit(limit))
+	return rowsAffected(res, err)
+}
+
+func (tx *sqlTx) PruneClaims(before time.Time, keep, limit int) (int, error) {
+	if err := tx.write(); err != nil {
+		return 0, err
+	}
+	var keyK pruneKey
+	hasK := false
+	if keep > 0 {
+		var err error
+		if hasK, err = tx.queryRow([]any{&keyK.at, &keyK.seq},
+			`SELECT ended, seq FROM claims WHERE ended IS NOT NULL ORDER BY ended DESC, seq DESC LIMIT 1 OFFSET ?`, keep); err != nil {
+			return 0, err
+		}
+	}
+	cut, ok := pruneCut(before, keyK, hasK)
+	if !ok {
+		return 0, nil
+	}
+	// The state test is a second guard: ended is set on final claims only.
+	res, err := tx.r.exec(`DELETE FROM claims WHERE seq IN (
+		SELECT seq FROM claims WHERE ended IS NOT NULL AND (ended, seq) <= (?, ?) AND +state IN ('released', 'failed')
+		ORDER BY ended, seq LIMIT ?)`, cut.at, cut.seq, sqlLimit(limit))
+	return rowsAffected(res, err)
+}
+
+// sqlLimit is a LIMIT argument: -1 (none) for limit <= 0.
+func sqlLimit(limit int) int {
+	if limit <= 0 {
+		return -1
+	}
+	return limit
+}
+
+func rowsAffected(res sql.Result, err error) (int, error) {
+	if err != nil {
+		return 0, wrap(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), wrap(err)
 }
 
 func (tx *sqlTx) AddUsage(tenant string, used api.Consumption) error {

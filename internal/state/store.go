@@ -1,12 +1,14 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/gpuslice/gpuslice/internal/api"
 )
@@ -65,6 +67,13 @@ type Tx interface {
 	// UpdateClaim replaces a stored claim (ErrNotFound if absent). The
 	// stored Seq is kept whatever c.Seq says; QueuePosition is not stored.
 	UpdateClaim(c api.Claim) error
+	// PruneClaims deletes at most limit final claims (released, failed;
+	// limit <= 0: no bound), those that ended first going first (by
+	// Updated, then Seq): the claims that ended before before (zero: no
+	// age bound) and those beyond the keep that ended last (keep <= 0: no
+	// count bound). Live claims are never deleted, and a deleted claim's
+	// seq is never reused. It returns how many it deleted.
+	PruneClaims(before time.Time, keep, limit int) (int, error)
 
 	// PutNode creates or replaces a node.
 	PutNode(n api.Node) error
@@ -78,6 +87,12 @@ type Tx interface {
 	// EventsSince returns the events with Seq > seq in Seq order, at most
 	// limit of them (limit <= 0: all).
 	EventsSince(seq int64, limit int) ([]api.Event, error)
+	// PruneEvents deletes at most limit events (limit <= 0: no bound),
+	// oldest first (by Time, then Seq): those whose Time is before before
+	// (zero: no age bound) and those beyond the newest keep (keep <= 0:
+	// no count bound). A deleted event's seq is never reused. It returns
+	// how many it deleted.
+	PruneEvents(before time.Time, keep, limit int) (int, error)
 
 	// AddUsage adds to a tenant's accumulated GPU-seconds, SM-seconds and
 	// MiB-seconds (all finite and >= 0). The tenant need not exist.
@@ -230,6 +245,48 @@ func decodeEvent(data []byte, seq int64) (api.Event, error) {
 	}
 	e.Seq = seq
 	return e, nil
+}
+
+// stamp is a time as both backends index it: microseconds since the Unix
+// epoch (exact for every time the server writes; SQLite's own date
+// functions, used once to fill the column of rows written before it
+// existed, keep milliseconds).
+func stamp(t time.Time) int64 { return t.UnixMicro() }
+
+// ended is the index key of a claim's end: its Updated when it is final,
+// and none (false) while it is live.
+func ended(c api.Claim) (int64, bool) {
+	if !c.State.Final() {
+		return 0, false
+	}
+	return stamp(c.Updated), true
+}
+
+// pruneKey orders what PruneEvents and PruneClaims delete: a stamp, then
+// the seq.
+type pruneKey struct{ at, seq int64 }
+
+func (k pruneKey) less(o pruneKey) bool { return k.cmp(o) < 0 }
+
+func (k pruneKey) cmp(o pruneKey) int {
+	if c := cmp.Compare(k.at, o.at); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.seq, o.seq)
+}
+
+// pruneCut is the last key a prune may delete, given the age bound (all
+// keys with at < before) and the count bound (keyK: the key just past
+// the newest keep, if any); ok is false when neither bound deletes
+// anything.
+func pruneCut(before time.Time, keyK pruneKey, hasK bool) (cut pruneKey, ok bool) {
+	if !before.IsZero() {
+		cut, ok = pruneKey{at: stamp(before) - 1, seq: math.MaxInt64}, true
+	}
+	if hasK && (!ok || cut.less(keyK)) {
+		cut, ok = keyK, true
+	}
+	return cut, ok
 }
 
 func decode[T any](kind string, data []byte) (T, error) {

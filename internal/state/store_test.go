@@ -57,6 +57,8 @@ func TestContract(t *testing.T) {
 		{"ClaimFilters", testClaimFilters},
 		{"Nodes", testNodes},
 		{"Events", testEvents},
+		{"PruneEvents", testPruneEvents},
+		{"PruneClaims", testPruneClaims},
 		{"Usage", testUsage},
 		{"Rollback", testRollback},
 		{"RollbackPanic", testRollbackPanic},
@@ -671,6 +673,8 @@ func testUsage(t *testing.T, s Store) {
 
 var errBoom = errors.New("boom")
 
+func second[T any](_ T, err error) error { return err }
+
 func nan() float64 { return math.NaN() }
 func inf() float64 { return math.Inf(1) }
 
@@ -815,6 +819,8 @@ func testReadOnlyAndClosedTx(t *testing.T, s Store) {
 			"PutNode":      tx.PutNode(sampleNode("x")),
 			"DeleteNode":   tx.DeleteNode("n1"),
 			"AppendEvent":  tx.AppendEvent(&api.Event{Kind: "x"}),
+			"PruneEvents":  second(tx.PruneEvents(time.Time{}, 1, 0)),
+			"PruneClaims":  second(tx.PruneClaims(time.Time{}, 1, 0)),
 			"AddUsage":     tx.AddUsage("acme", api.Consumption{GPUSeconds: 1, MemoryMiBSeconds: 1}),
 		} {
 			if !errors.Is(err, ErrReadOnly) {
