@@ -150,27 +150,28 @@ Stop a node's agent first: a running agent registers its node again.`,
 			}
 			return nil
 		}})
-	var quotaMem, quotaComp int
-	tput := &cobra.Command{Use: "put NAME", Short: "Create or update a tenant", Args: cobra.ExactArgs(1),
+	var quotaMem, quotaComp, maxPrio int
+	tput := &cobra.Command{Use: "put NAME", Short: "Create or update a tenant (replaces its quotas and maximum priority)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var t api.Tenant
-			body := api.Tenant{MemoryMiB: int64(quotaMem), ComputePercent: quotaComp}
+			body := api.Tenant{MemoryMiB: int64(quotaMem), ComputePercent: quotaComp, MaxPriority: maxPrio}
 			if err := call(cmd.Context(), c, http.MethodPut, "/v1/tenants/"+url.PathEscape(args[0]), body, &t); err != nil {
 				return err
 			}
-			return e.render(&table{notes: []string{fmt.Sprintf("tenant %s: memory quota %s, compute quota %s", t.Name, memQuota(t.MemoryMiB), computeQuota(t.ComputePercent))}}, t)
+			return e.render(&table{notes: []string{fmt.Sprintf("tenant %s: memory quota %s, compute quota %s, max priority %d", t.Name, memQuota(t.MemoryMiB), computeQuota(t.ComputePercent), t.MaxPriority)}}, t)
 		}}
 	tput.Flags().IntVar(&quotaMem, "memory-mib", 0, "GPU memory quota in MiB (0 = none)")
 	tput.Flags().IntVar(&quotaComp, "compute", 0, "compute quota in percent of a GPU (0 = none)")
+	tput.Flags().IntVar(&maxPrio, "max-priority", 0, fmt.Sprintf("the highest claim priority the tenant may ask for, %d..%d (0: it outranks no tenant left at the default; lowering it lowers its waiting claims)", server.LowestPriority, server.HighestPriority))
 	tenants.AddCommand(tput, &cobra.Command{Use: "ls", Short: "List tenants", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var ts []api.Tenant
 			if err := listAll(cmd.Context(), c, "/v1/tenants", &ts); err != nil {
 				return err
 			}
-			t := &table{header: []string{"TENANT", "MEMORY QUOTA", "COMPUTE QUOTA"}}
+			t := &table{header: []string{"TENANT", "MEMORY QUOTA", "COMPUTE QUOTA", "MAX PRIORITY"}}
 			for _, x := range ts {
-				t.add(x.Name, memQuota(x.MemoryMiB), computeQuota(x.ComputePercent))
+				t.add(x.Name, memQuota(x.MemoryMiB), computeQuota(x.ComputePercent), x.MaxPriority)
 			}
 			return e.render(t, ts)
 		}}, &cobra.Command{Use: "rm NAME", Short: "Delete a tenant without live claims", Args: cobra.ExactArgs(1),

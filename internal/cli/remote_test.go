@@ -77,3 +77,17 @@ func TestTenantsPutNoLimit(t *testing.T) {
 		t.Errorf("tenants put with limits:\n%s", out)
 	}
 }
+
+// An admin sets a tenant's maximum claim priority with --max-priority;
+// left out, it is 0 (the tenant outranks no one at the default).
+func TestTenantsPutMaxPriority(t *testing.T) {
+	url := fakeAPI(t, nil)
+	out := run("tenants", "put", "team", "--max-priority", "50", "--server", url, "--token", "x")
+	if !strings.Contains(out, "max priority 50") {
+		t.Errorf("tenants put --max-priority 50:\n%s", out)
+	}
+	out = run("tenants", "put", "team", "--server", url, "--token", "x")
+	if !strings.Contains(out, "max priority 0") {
+		t.Errorf("tenants put without --max-priority:\n%s", out)
+	}
+}

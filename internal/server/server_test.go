@@ -258,6 +258,8 @@ func TestClaimLifecycleWithAgent(t *testing.T) {
 func TestPendingThenAllocatedInPriorityOrder(t *testing.T) {
 	h := newHarness(t, nil)
 	acme := h.tenant("acme", 0)
+	// An admin lets acme ask for priority 10.
+	h.must(h.admin, "PUT", "/v1/tenants/acme", api.Tenant{MaxPriority: 10}, 200, nil)
 	h.node("host-a", "t4") // one T4: 16 GiB
 	var first, low, high api.Claim
 	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &first)
@@ -558,7 +560,9 @@ func TestQueueStopsBackfillingForAStarvingClaim(t *testing.T) {
 	if big.State != api.Pending || !strings.Contains(big.Reason, "node host-a is now held for it") {
 		t.Fatalf("the starving claim: %s %q", big.State, big.Reason)
 	}
-	// A higher priority claim is not held back.
+	// A higher priority claim is not held back (an admin lets carol ask
+	// for it).
+	h.must(h.admin, "PUT", "/v1/tenants/carol", api.Tenant{MaxPriority: 10}, 200, nil)
 	urgent := gpuReq(4000, alloc.TimeSlice)
 	urgent.Priority = 10
 	var u api.Claim

@@ -98,8 +98,14 @@ func (srv *Server) putService(w http.ResponseWriter, r *http.Request, p principa
 	var out api.Service
 	now := srv.cfg.Clock()
 	err = srv.update(r.Context(), func(tx state.Tx) error {
-		if _, err := tx.GetTenant(tenant); err != nil {
+		t, err := tx.GetTenant(tenant)
+		if err != nil {
 			return errField("tenant", "tenant %q does not exist", tenant)
+		}
+		// Its replicas' claims would be refused at this priority anyway;
+		// say so now.
+		if err := priorityAllowed(t, req.Claim.Priority, "claim.priority"); err != nil {
+			return err
 		}
 		old, err := tx.GetService(name)
 		switch {
