@@ -659,8 +659,11 @@ func (srv *Server) nominate(c *api.Claim) nominee {
 }
 
 // usableGPUs lists the GPUs of node that claim c could use part of: one
-// device of one of its requests fits the GPU alone, empty (as reported). A claim placed on any other GPU is never in c's way,
-// however the node drains. Pure: decided on fresh single-GPU States.
+// device of one of its requests fits the GPU alone, empty, as reported
+// (layout and sharing as set up). A claim placed on any other GPU is
+// never in c's way, however the node drains; one on such a GPU could be,
+// whichever of its claims ends first, so these are held whole. Pure:
+// decided on fresh single-GPU States, once per nomination.
 func usableGPUs(policy alloc.Policy, node alloc.Node, c *alloc.Claim) []string {
 	var out []string
 	for _, g := range node.GPUs {
