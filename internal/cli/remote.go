@@ -152,7 +152,7 @@ Stop a node's agent first: a running agent registers its node again.`,
 			}
 			return nil
 		}})
-	var quotaMem, quotaComp int
+	var quotaMem, quotaComp, maxPrio int
 	var allowCmds, allowEnv []string
 	var noCommands bool
 	tput := &cobra.Command{Use: "put NAME", Short: "Create or update a tenant: quotas, and the commands its services may run",
@@ -181,6 +181,9 @@ them. Replicas run as an unprivileged user of their own (see serve --replica-uid
 			if f.Changed("compute") {
 				body.ComputePercent = quotaComp
 			}
+			if f.Changed("max-priority") {
+				body.MaxPriority = maxPrio
+			}
 			if noCommands {
 				body.Commands = nil
 			}
@@ -199,7 +202,7 @@ them. Replicas run as an unprivileged user of their own (see serve --replica-uid
 			if err := call(cmd.Context(), c, http.MethodPut, path, body, &t); err != nil {
 				return err
 			}
-			notes := []string{fmt.Sprintf("tenant %s: memory quota %s, compute quota %s", t.Name, memQuota(t.MemoryMiB), computeQuota(t.ComputePercent))}
+			notes := []string{fmt.Sprintf("tenant %s: memory quota %s, compute quota %s, max priority %d", t.Name, memQuota(t.MemoryMiB), computeQuota(t.ComputePercent), t.MaxPriority)}
 			for _, a := range t.Commands {
 				n := fmt.Sprintf("  may run %q", a.Command)
 				if len(a.Env) > 0 {
@@ -214,15 +217,16 @@ them. Replicas run as an unprivileged user of their own (see serve --replica-uid
 	tput.Flags().StringArrayVar(&allowCmds, "allow-command", nil, "a command line the tenant's services may run (repeatable; split at spaces, matched exactly)")
 	tput.Flags().StringArrayVar(&allowEnv, "allow-env", nil, "a variable the tenant's services may set on the commands of this call (repeatable)")
 	tput.Flags().BoolVar(&noCommands, "no-commands", false, "drop every allowed command first (its services stop)")
+	tput.Flags().IntVar(&maxPrio, "max-priority", 0, fmt.Sprintf("the highest claim priority the tenant may ask for, %d..%d (0: it outranks no tenant left at the default; lowering it lowers its waiting claims)", server.LowestPriority, server.HighestPriority))
 	tenants.AddCommand(tput, &cobra.Command{Use: "ls", Short: "List tenants", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var ts []api.Tenant
 			if err := listAll(cmd.Context(), c, "/v1/tenants", &ts); err != nil {
 				return err
 			}
-			t := &table{header: []string{"TENANT", "MEMORY QUOTA", "COMPUTE QUOTA"}}
+			t := &table{header: []string{"TENANT", "MEMORY QUOTA", "COMPUTE QUOTA", "MAX PRIORITY"}}
 			for _, x := range ts {
-				t.add(x.Name, memQuota(x.MemoryMiB), computeQuota(x.ComputePercent))
+				t.add(x.Name, memQuota(x.MemoryMiB), computeQuota(x.ComputePercent), x.MaxPriority)
 			}
 			return e.render(t, ts)
 		}}, &cobra.Command{Use: "rm NAME", Short: "Delete a tenant without live claims", Args: cobra.ExactArgs(1),

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -19,6 +20,19 @@ func fakeAPI(t *testing.T, claims []api.Claim) string {
 	mux.HandleFunc("GET /v1/claims", func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(claims)
 	})
+	var mu sync.Mutex
+	tenants := map[string]api.Tenant{}
+	mux.HandleFunc("GET /v1/tenants/{name}", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		tn, ok := tenants[r.PathValue("name")]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(api.Error{Error: "tenant not found"})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(tn)
+	})
 	mux.HandleFunc("PUT /v1/tenants/{name}", func(w http.ResponseWriter, r *http.Request) {
 		var tn api.Tenant
 		if err := json.NewDecoder(r.Body).Decode(&tn); err != nil {
@@ -26,6 +40,9 @@ func fakeAPI(t *testing.T, claims []api.Claim) string {
 			return
 		}
 		tn.Name = r.PathValue("name")
+		mu.Lock()
+		tenants[tn.Name] = tn
+		mu.Unlock()
 		_ = json.NewEncoder(w).Encode(tn)
 	})
 	srv := httptest.NewServer(mux)
@@ -75,5 +92,28 @@ func TestTenantsPutNoLimit(t *testing.T) {
 	out = run("tenants", "put", "team", "--memory-mib", "2048", "--compute", "50", "--server", url, "--token", "x")
 	if !strings.Contains(out, "memory quota 2048 MiB, compute quota 50%") {
 		t.Errorf("tenants put with limits:\n%s", out)
+	}
+}
+
+// An admin sets a tenant's maximum claim priority with --max-priority;
+// left out, it is 0 (the tenant outranks no one at the default).
+func TestTenantsPutMaxPriority(t *testing.T) {
+	url := fakeAPI(t, nil)
+	out := run("tenants", "put", "team", "--max-priority", "50", "--server", url, "--token", "x")
+	if !strings.Contains(out, "max priority 50") {
+		t.Errorf("tenants put --max-priority 50:\n%s", out)
+	}
+	// Settings not given are kept: a quota change keeps the maximum.
+	out = run("tenants", "put", "team", "--memory-mib", "1024", "--server", url, "--token", "x")
+	if !strings.Contains(out, "max priority 50") || !strings.Contains(out, "memory quota 1024") {
+		t.Errorf("tenants put --memory-mib after --max-priority:\n%s", out)
+	}
+	out = run("tenants", "put", "team", "--max-priority", "0", "--allow-command", "python3 serve.py", "--allow-env", "MODEL", "--server", url, "--token", "x")
+	if !strings.Contains(out, "max priority 0") || !strings.Contains(out, `may run ["python3" "serve.py"] setting MODEL`) {
+		t.Errorf("tenants put --max-priority 0 --allow-command:\n%s", out)
+	}
+	out = run("tenants", "put", "team", "--no-commands", "--server", url, "--token", "x")
+	if strings.Contains(out, "may run") {
+		t.Errorf("tenants put --no-commands:\n%s", out)
 	}
 }

@@ -301,7 +301,7 @@ released and run fails.`,
 	f.StringVar(&node, "node", "", "run on this node (default: this host when it is a node)")
 	f.StringVar(&policy, "memory-policy", "warn", "when a process exceeds its memory: warn or kill")
 	f.StringVar(&faultPolicy, "fault-policy", "fail", "when the GPU fails while CMD runs: fail or requeue")
-	f.IntVar(&priority, "priority", 0, "higher goes first in the queue")
+	f.IntVar(&priority, "priority", 0, "higher goes first in the queue; at most the tenant's max priority, which an admin sets (gpuslice tenants put NAME --max-priority N; default 0)")
 	f.DurationVar(&timeout, "timeout", 0, "give up waiting after this long, releasing the claim (0 = wait)")
 	f.DurationVar(&leaseFor, "lease", 30*time.Second, "the claim's lease, renewed while run lives: if run dies (kill -9 included), the server releases the claim this long (plus its --lease-grace) after the last renewal")
 	f.BoolVar(&waitForNodes, "wait-for-nodes", false, "queue a claim no registered node could ever hold, for nodes that may join (else the server refuses it)")

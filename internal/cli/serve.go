@@ -335,7 +335,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 	cmd.Flags().IntVar(&defReplicas, "default-replicas", alloc.DefaultReplicas,
 		"time-slicing replicas of a device the allocator sets up; a shared claim with no memory is promised the GPU's memory divided by this")
 	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 30*time.Second, "mark a node lost after this long without a heartbeat")
-	cmd.Flags().DurationVar(&reserveAfter, "reserve-after", 5*time.Minute, "after a queued claim waits this long, a node is held for it: claims behind it of its priority or lower go elsewhere; negative: always backfill")
+	cmd.Flags().DurationVar(&reserveAfter, "reserve-after", 5*time.Minute, "after a queued claim waits this long, the GPUs it could use on one node are held for it: claims behind it of its priority or lower use only other GPUs (the rest of that node included); negative: always backfill")
 	cmd.Flags().IntVar(&maxQueued, "max-queued", 1000, "most claims a tenant may have waiting; past it a claim that would wait is refused with 429 (negative: no bound)")
 	ret.register(cmd)
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")

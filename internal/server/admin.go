@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -26,7 +27,10 @@ func (srv *Server) listTenants(w http.ResponseWriter, r *http.Request, p princip
 	readPageByName(srv, w, r, state.Tx.ListTenants, func(t api.Tenant) string { return t.Name })
 }
 
-// putTenant creates or updates a tenant (its quotas).
+// putTenant creates or updates a tenant (its quotas and maxPriority, the
+// highest claim priority its claims may ask for). Lowering maxPriority
+// lowers the tenant's waiting claims above it to it, in the same
+// transaction.
 func (srv *Server) putTenant(w http.ResponseWriter, r *http.Request, p principal) {
 	name := r.PathValue("name")
 	if !validName.MatchString(name) {
@@ -48,6 +52,10 @@ func (srv *Server) putTenant(w http.ResponseWriter, r *http.Request, p principal
 	}
 	if err := checkCommands(t.Commands); err != nil {
 		writeError(w, err)
+		return
+	}
+	if t.MaxPriority < LowestPriority || t.MaxPriority > HighestPriority {
+		writeError(w, errField("maxPriority", "%d: want %d..%d (the highest claim priority the tenant may ask for; 0: none above another tenant's default)", t.MaxPriority, LowestPriority, HighestPriority))
 		return
 	}
 	t.Name = name
@@ -86,6 +94,9 @@ func (srv *Server) putTenant(w http.ResponseWriter, r *http.Request, p principal
 				}
 			}
 		}
+		if err := srv.lowerPendingPriorities(tx, t); err != nil {
+			return err
+		}
 		tx.OnCommit(func() { srv.cache.putTenant(t) })
 		return nil
 	})
@@ -94,6 +105,42 @@ func (srv *Server) putTenant(w http.ResponseWriter, r *http.Request, p principal
 		return
 	}
 	writeJSON(w, http.StatusOK, t)
+}
+
+// lowerPendingPriorities lowers tenant t's waiting claims that ask for
+// more than its maxPriority to it, each with an event: a maximum an admin
+// lowers binds the queue at once, not only claims made afterwards.
+// Allocated claims keep theirs (priority only orders the queue). The
+// caller holds the scheduler's lock inside a transaction.
+func (srv *Server) lowerPendingPriorities(tx state.Tx, t api.Tenant) error {
+	s := srv.sched
+	now := srv.cfg.Clock()
+	lowered := false
+	for _, p := range s.pending {
+		if p.Tenant != t.Name || p.Spec.Priority <= t.MaxPriority {
+			continue
+		}
+		c, err := tx.GetClaim(p.ID)
+		if err != nil {
+			return err
+		}
+		was := c.Spec.Priority
+		c.Spec.Priority, c.Updated = t.MaxPriority, now
+		if err := tx.UpdateClaim(c); err != nil {
+			return err
+		}
+		if err := tx.AppendEvent(&api.Event{Time: now, Kind: "priority", Claim: c.ID, Tenant: c.Tenant,
+			Message: fmt.Sprintf("priority lowered from %d to %d, the tenant's maxPriority (set by an admin)", was, t.MaxPriority)}); err != nil {
+			return err
+		}
+		p.Spec.Priority = t.MaxPriority
+		lowered = true
+	}
+	if lowered {
+		s.sortPending()
+		s.poke()
+	}
+	return nil
 }
 
 func (srv *Server) getTenant(w http.ResponseWriter, r *http.Request, p principal) {

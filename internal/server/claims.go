@@ -66,6 +66,11 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 	if err != nil {
 		return errField("tenant", "tenant %q does not exist", c.Tenant)
 	}
+	// The tenant's maximum as this transaction sees it: an admin lowering
+	// it earlier in the same batch binds this claim.
+	if err := priorityAllowed(t, c.Spec.Priority, "priority"); err != nil {
+		return err
+	}
 	if c.Spec.Node != "" {
 		if _, err := tx.GetNode(c.Spec.Node); err != nil {
 			return errField("node", "node %q is not registered", c.Spec.Node)
@@ -160,6 +165,9 @@ func (srv *Server) validateClaim(c *api.Claim) error {
 		}
 		return &httpError{status: http.StatusUnprocessableEntity, field: field, msg: err.Error()}
 	}
+	if p := c.Spec.Priority; p < LowestPriority || p > HighestPriority {
+		return errField("priority", "%d: want %d..%d, and at most the tenant's maxPriority (0 unless an admin raised it)", p, LowestPriority, HighestPriority)
+	}
 	switch c.Spec.MemoryPolicy {
 	case "", "warn", "kill":
 	default:
@@ -180,6 +188,25 @@ func (srv *Server) validateClaim(c *api.Claim) error {
 		return errField("service", "service name %q: lowercase letters, digits, '.', '_' and '-', 1–63 characters", c.Spec.Service)
 	}
 	return nil
+}
+
+// LowestPriority and HighestPriority bound claim priorities and tenants'
+// maxPriority, so no arithmetic on them can overflow.
+const (
+	LowestPriority  = -1000
+	HighestPriority = 1000
+)
+
+// priorityAllowed says whether tenant t may ask for priority p: at most
+// its MaxPriority, which only an admin sets (0 by default: no tenant
+// outranks another). It binds every claim of the tenant, an admin's on
+// its behalf too. field names the priority in the error.
+func priorityAllowed(t api.Tenant, p int, field string) error {
+	if p <= t.MaxPriority {
+		return nil
+	}
+	return errField(field, "priority %d is above tenant %s's maximum of %d; ask for %d or less, or ask an admin to raise the tenant's maxPriority (gpuslice tenants put %s --max-priority N)",
+		p, t.Name, t.MaxPriority, t.MaxPriority, t.Name)
 }
 
 // quotaRoomOf says whether tenant t's quota has room for u more on top of

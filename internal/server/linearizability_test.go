@@ -720,7 +720,8 @@ func (r *linzRun) setup() {
 	r.admin = strings.TrimSpace(string(tok))
 	r.tenants = map[string]string{}
 	for name, quota := range map[string]int64{"acme": 0, linzQuotaTenant: linzQuotaMiB} {
-		r.must(r.admin, "PUT", "/v1/tenants/"+name, api.Tenant{MemoryMiB: quota}, 200, nil)
+		// Claims ask for priority 0 or 1 (an admin lets them).
+		r.must(r.admin, "PUT", "/v1/tenants/"+name, api.Tenant{MemoryMiB: quota, MaxPriority: 1}, 200, nil)
 		var tk api.Token
 		r.must(r.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: name}, 201, &tk)
 		r.tenants[name] = tk.Secret

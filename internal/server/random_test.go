@@ -57,6 +57,8 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 	tenants := map[string]string{}
 	for name, quota := range map[string]int64{"acme": 60000, "beta": 0, "carol": 25000} {
 		tenants[name] = h.tenant(name, quota)
+		// Claims ask for priorities 0..2 (randomRequest): an admin lets them.
+		h.must(h.admin, "PUT", "/v1/tenants/"+name, api.Tenant{MemoryMiB: quota, MaxPriority: 2}, 200, nil)
 	}
 	names := []string{"acme", "beta", "carol"}
 	var nodes []*randNode
@@ -154,7 +156,8 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 			stats["restart"]++
 		case op < 39:
 			tenant := names[rng.IntN(len(names))]
-			quota := api.Tenant{MemoryMiB: int64(rng.IntN(4)) * 20000, ComputePercent: rng.IntN(3) * 100}
+			// maxPriority too: lowering it lowers the tenant's waiting claims.
+			quota := api.Tenant{MemoryMiB: int64(rng.IntN(4)) * 20000, ComputePercent: rng.IntN(3) * 100, MaxPriority: rng.IntN(3)}
 			h.must(h.admin, "PUT", "/v1/tenants/"+tenant, quota, 200, nil)
 			what = fmt.Sprintf("quota of %s set to %+v", tenant, quota)
 			stats["quota change"]++

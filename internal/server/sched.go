@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,22 +55,29 @@ type scheduler struct {
 	// reserved is the starving head of the queue that later claims of its
 	// priority or lower must not overtake (nil when the queue backfills);
 	// nominees remembers, per claim until the fleet changes, whether it
-	// could fit the empty fleet and which node it is nominated to.
+	// could fit the empty fleet, which node it is nominated to and which
+	// GPUs are held for it.
 	reserved *reservation
 	nominees map[string]nominee
 }
 
-// reservation is a starving claim and the node held for it: later claims
-// of its priority or lower are placed anywhere but there. With no node
-// (no single node can hold the claim) they wait.
+// reservation is a starving claim and what is held for it: the GPUs of
+// its nominated node that it could use (with no node — no single node can
+// hold it — every such GPU of the fleet). Later claims of its priority or
+// lower are placed anywhere but on those GPUs: never in its way, however
+// its node drains, yet free to use the rest of the node.
 type reservation struct {
 	claim *api.Claim
-	node  string
+	nominee
 }
 
 type nominee struct {
 	fits bool
 	node string
+	// gpus are the GPU uuids held; clause is the CEL clause that keeps a
+	// claim's devices off them ("" when none is held).
+	gpus   []string
+	clause string
 }
 
 type tenantUse struct {
@@ -523,7 +531,7 @@ func (srv *Server) retryLocked(tx state.Tx) error {
 			s.reasons[c.ID] = err.Error()
 			if s.reserved == nil {
 				if n, ok := srv.starving(c, now); ok {
-					s.reserved = &reservation{claim: c, node: n.node}
+					s.reserved = &reservation{claim: c, nominee: n}
 					s.reasons[c.ID] = err.Error() + srv.reservedNote(s.reserved, now)
 				}
 			}
@@ -563,24 +571,21 @@ func (srv *Server) retryLocked(tx state.Tx) error {
 }
 
 // allocate decides for a claim under the reservation in force: a claim
-// of the reserved one's priority or lower may not use the node held for
-// it, or waits when no node is. ahead is the queue behind the claim (nil
-// for a claim just created), for alloc.State.AllocateAhead. The caller
-// holds s.mu.
+// of the reserved one's priority or lower may not use the GPUs held for
+// it (it may use the rest of the held node). ahead is the queue behind the
+// claim (nil for a claim just created), for alloc.State.AllocateAhead.
+// The caller holds s.mu.
 func (srv *Server) allocate(c *api.Claim, now time.Time, ahead []alloc.Claim) (*alloc.Allocation, error) {
 	s := srv.sched
 	ac := allocClaim(c)
 	r := s.reserved
-	if r == nil || r.claim.ID == c.ID || c.Spec.Priority > r.claim.Spec.Priority {
+	if r == nil || r.claim.ID == c.ID || c.Spec.Priority > r.claim.Spec.Priority || r.clause == "" {
 		return s.st.AllocateAhead(ac, ahead)
 	}
-	if r.node == "" {
-		return nil, errors.New(srv.waitingBehind(r, now))
-	}
-	require(ac, "node.name != '"+strings.ReplaceAll(r.node, "'", "")+"'")
+	require(ac, r.clause)
 	a, err := s.st.AllocateAhead(ac, ahead)
 	if err != nil {
-		return nil, fmt.Errorf("%w (node %s is held for claim %s, pending for %s)", err, r.node, r.claim.ID, now.Sub(r.claim.Created).Round(time.Second))
+		return nil, fmt.Errorf("%w (%s)", err, srv.heldNote(r, c, now))
 	}
 	return a, nil
 }
@@ -604,12 +609,15 @@ func (srv *Server) starving(c *api.Claim, now time.Time) (nominee, bool) {
 	return n, n.fits
 }
 
+// nominate decides what is held for a starving claim (see starving and
+// reservation): the node, and the GPUs there it could use.
 func (srv *Server) nominate(c *api.Claim) nominee {
 	s := srv.sched
 	fleet := s.st.Fleet()
+	ac := allocClaim(c)
 	empty, err := alloc.NewState(fleet, nil, alloc.Options{})
 	if err == nil {
-		_, err = empty.Allocate(allocClaim(c))
+		_, err = empty.Allocate(ac)
 	}
 	if err != nil {
 		return nominee{}
@@ -638,22 +646,82 @@ func (srv *Server) nominate(c *api.Claim) nominee {
 			best.node = node.Name
 		}
 	}
+	// The nodes as their agents reported them: a GPU's sharing as set up,
+	// not as its current claims configured it (an empty GPU takes the
+	// sharing of its next claim).
+	for _, node := range s.reported.Nodes {
+		if best.node == "" || node.Name == best.node {
+			best.gpus = append(best.gpus, usableGPUs(s.reported.Policy, node, ac)...)
+		}
+	}
+	best.clause = offGPUs(best.gpus)
 	return best
 }
 
-// reservedNote ends the starving claim's reason.
+// usableGPUs lists the GPUs of node that claim c could use part of: one
+// device of one of its requests fits the GPU alone, empty, as reported
+// (layout and sharing as set up). A claim placed on any other GPU is
+// never in c's way, however the node drains; one on such a GPU could be,
+// whichever of its claims ends first, so these are held whole. Pure:
+// decided on fresh single-GPU States, once per nomination.
+func usableGPUs(policy alloc.Policy, node alloc.Node, c *alloc.Claim) []string {
+	var out []string
+	for _, g := range node.GPUs {
+		one := node
+		one.GPUs = []alloc.GPU{g}
+		st, err := alloc.NewState(alloc.Fleet{Policy: policy, Nodes: []alloc.Node{one}}, nil, alloc.Options{})
+		if err != nil {
+			out = append(out, g.UUID) // unsure: hold it
+			continue
+		}
+		for _, r := range c.Requests {
+			r.Count = 1
+			probe := &alloc.Claim{Name: c.Name, Tenant: c.Tenant, Priority: c.Priority, Isolation: c.Isolation, Requests: []alloc.Request{r}}
+			if _, err := st.Allocate(probe); err == nil {
+				out = append(out, g.UUID)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// offGPUs is the selector clause that keeps a device off the given GPUs
+// (a MIG instance's parent, a whole GPU's own uuid), or "" for none.
+func offGPUs(uuids []string) string {
+	if len(uuids) == 0 {
+		return ""
+	}
+	keys := make([]string, len(uuids))
+	for i, u := range uuids {
+		keys[i] = strconv.Quote(u) + ": true"
+	}
+	return "!(device.attributes['gpu.nvidia.com'].parentUUID in {" + strings.Join(keys, ", ") + "})"
+}
+
+// reservedNote ends the starving claim's reason (its own tenant's).
 func (srv *Server) reservedNote(r *reservation, now time.Time) string {
 	waited := now.Sub(r.claim.Created).Round(time.Second)
 	if r.node == "" {
-		return fmt.Sprintf(" (waiting %s; no single node can hold it, so later claims of priority %d or lower now wait for it)", waited, r.claim.Spec.Priority)
+		return fmt.Sprintf(" (waiting %s; no single node can hold it, so the %d GPUs it could use are now held for it: later claims of priority %d or lower use only others)", waited, len(r.gpus), r.claim.Spec.Priority)
 	}
-	return fmt.Sprintf(" (waiting %s; node %s is now held for it: later claims of priority %d or lower go elsewhere)", waited, r.node, r.claim.Spec.Priority)
+	return fmt.Sprintf(" (waiting %s; node %s is now held for it: later claims of priority %d or lower use only the GPUs there it cannot use, or go elsewhere)", waited, r.node, r.claim.Spec.Priority)
 }
 
-// waitingBehind is the reason of a claim held back for a starving one.
-func (srv *Server) waitingBehind(r *reservation, now time.Time) string {
-	return fmt.Sprintf("waiting behind claim %s (priority %d, pending for %s): after %s the queue stops backfilling past a claim so it cannot starve",
-		r.claim.ID, r.claim.Spec.Priority, now.Sub(r.claim.Created).Round(time.Second), srv.cfg.ReserveAfter)
+// heldNote says why claim c may not use the GPUs held for r. It is c's
+// reason, shown to c's tenant: it names r's claim only when r is the same
+// tenant's; another tenant's claim is named by its priority alone (no id,
+// no tenant, no age).
+func (srv *Server) heldNote(r *reservation, c *api.Claim, now time.Time) string {
+	whose := fmt.Sprintf("a claim of another tenant waiting ahead of this one (priority %d)", r.claim.Spec.Priority)
+	if r.claim.Tenant == c.Tenant {
+		whose = fmt.Sprintf("claim %s (priority %d, pending for %s)", r.claim.ID, r.claim.Spec.Priority, now.Sub(r.claim.Created).Round(time.Second))
+	}
+	rule := fmt.Sprintf("after %s waiting a claim's GPUs are held so it cannot starve; claims of its priority or lower use only the others", srv.cfg.ReserveAfter)
+	if r.node == "" {
+		return fmt.Sprintf("the GPUs %s could use are held for it: %s", whose, rule)
+	}
+	return fmt.Sprintf("node %s is held for %s: %s", r.node, whose, rule)
 }
 
 // writeClaim stores a claim's new state and an event of kind, in tx. The

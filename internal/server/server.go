@@ -40,11 +40,16 @@ type Config struct {
 	// ReserveAfter is how long a queued claim may wait while claims behind
 	// it are placed (backfill) before capacity is held for it: the node
 	// that could hold it alone with the fewest claims on it now is
-	// nominated, and claims of its priority or lower are placed elsewhere
-	// until it is placed (when no single node can hold it, they wait). So
-	// a stream of small claims cannot starve a big one, and the rest of the
-	// fleet keeps working. Default 5 minutes; negative: always backfill. A
-	// claim that could not fit even the empty fleet holds nothing.
+	// nominated, and the GPUs of that node it could use (one of its
+	// devices fits the GPU empty, as reported) are held: claims of its
+	// priority or lower are placed anywhere but on them until it is
+	// placed — on the node's other GPUs too, which are never in its way
+	// (when no single node can hold it, the GPUs it could use anywhere are
+	// held). So a stream of small claims cannot starve a big one, and the
+	// rest of the fleet, the held node's other GPUs included, keeps
+	// working. Default 5 minutes; negative: always backfill. A claim that
+	// could not fit even the empty fleet holds nothing. Priority is each
+	// tenant's up to its maxPriority, which only an admin sets.
 	ReserveAfter time.Duration
 	// MaxQueuedPerTenant bounds each tenant's pending claims (default
 	// 1,000; negative: no bound). A claim that would queue past it is

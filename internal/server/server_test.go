@@ -268,6 +268,8 @@ func TestClaimLifecycleWithAgent(t *testing.T) {
 func TestPendingThenAllocatedInPriorityOrder(t *testing.T) {
 	h := newHarness(t, nil)
 	acme := h.tenant("acme", 0)
+	// An admin lets acme ask for priority 10.
+	h.must(h.admin, "PUT", "/v1/tenants/acme", api.Tenant{MaxPriority: 10}, 200, nil)
 	h.node("host-a", "t4") // one T4: 16 GiB
 	var first, low, high api.Claim
 	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &first)
@@ -561,14 +563,17 @@ func TestQueueStopsBackfillingForAStarvingClaim(t *testing.T) {
 	h.must(beta, "DELETE", "/v1/claims/"+betas[0].ID, nil, 200, nil) // frees one GPU; big needs two
 	var later api.Claim
 	h.must(carol, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &later)
-	if later.State != api.Pending || !strings.Contains(later.Reason, "node host-a is held for claim "+big.ID) {
-		t.Fatalf("a small claim after the reservation: %s %q, want pending behind %s", later.State, later.Reason, big.ID)
+	// carol's reason says why, but never names acme's claim.
+	if later.State != api.Pending || !strings.Contains(later.Reason, "node host-a is held for a claim of another tenant") || strings.Contains(later.Reason, big.ID) {
+		t.Fatalf("a small claim after the reservation: %s %q, want pending behind another tenant's claim, not naming %s", later.State, later.Reason, big.ID)
 	}
 	h.must(acme, "GET", "/v1/claims/"+big.ID, nil, 200, &big)
 	if big.State != api.Pending || !strings.Contains(big.Reason, "node host-a is now held for it") {
 		t.Fatalf("the starving claim: %s %q", big.State, big.Reason)
 	}
-	// A higher priority claim is not held back.
+	// A higher priority claim is not held back (an admin lets carol ask
+	// for it).
+	h.must(h.admin, "PUT", "/v1/tenants/carol", api.Tenant{MaxPriority: 10}, 200, nil)
 	urgent := gpuReq(4000, alloc.TimeSlice)
 	urgent.Priority = 10
 	var u api.Claim

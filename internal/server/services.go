@@ -233,6 +233,11 @@ func (srv *Server) putService(w http.ResponseWriter, r *http.Request, p principa
 				return err
 			}
 		}
+		// Its replicas' claims would be refused at this priority anyway;
+		// say so now.
+		if err := priorityAllowed(t, req.Claim.Priority, "claim.priority"); err != nil {
+			return err
+		}
 		old, err := tx.GetService(name)
 		switch {
 		case err == nil:

@@ -433,6 +433,11 @@ func checkWebhook(t *testing.T, r rendered, vals map[string]any) {
 	if wh.SideEffects == nil || *wh.SideEffects != admissionv1.SideEffectClassNone {
 		t.Error("webhook sideEffects is not None")
 	}
+	// The webhook decodes resource.k8s.io/v1 only and refuses any other
+	// version: the API server must convert (matchPolicy: Equivalent).
+	if wh.MatchPolicy == nil || *wh.MatchPolicy != admissionv1.Equivalent {
+		t.Errorf("webhook matchPolicy %v, want Equivalent", wh.MatchPolicy)
+	}
 	host := name + "." + r.ns + ".svc"
 	switch mode {
 	case "auto":
@@ -596,6 +601,9 @@ func checkTenantWebhook(t *testing.T, r rendered, name string) {
 	}
 	if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionv1.Fail {
 		t.Error("tenant webhook does not fail closed")
+	}
+	if wh.MatchPolicy == nil || *wh.MatchPolicy != admissionv1.Equivalent {
+		t.Errorf("tenant webhook matchPolicy %v, want Equivalent (it decodes resource.k8s.io/v1 only)", wh.MatchPolicy)
 	}
 	cr := r.get(t, "ClusterRole", name).(*rbacv1.ClusterRole)
 	if len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Resources, []string{"namespaces"}) || !slices.Equal(cr.Rules[0].Verbs, []string{"get"}) {

@@ -78,6 +78,16 @@ func IsolateClaim(req *admissionv1.AdmissionRequest, tenant string) *admissionv1
 	if req.Operation != admissionv1.Create || req.Resource.Group != resourceapi.GroupName || req.SubResource != "" {
 		return resp
 	}
+	switch req.Resource.Resource {
+	case "resourceclaims", "resourceclaimtemplates":
+		// Decoded as v1 only: another version's object would decode to
+		// nothing and pass unpatched (see unservedVersion).
+		if why := unservedVersion(req); why != "" {
+			return deny(http.StatusBadRequest, why)
+		}
+	default:
+		return resp
+	}
 	var spec *resourceapi.ResourceClaimSpec
 	field, path := "spec", "/spec"
 	switch req.Resource.Resource {

@@ -204,7 +204,7 @@ func TestIsolateClaim(t *testing.T) {
 	// Updates, deletes and status pass untouched; a bad tenant is refused.
 	raw, _ := json.Marshal(shared(tol(dradriver.TenantKey, "Equal", "team-b")))
 	for _, op := range []admissionv1.Operation{admissionv1.Update, admissionv1.Delete} {
-		r := IsolateClaim(&admissionv1.AdmissionRequest{Operation: op, Resource: metav1.GroupVersionResource{Group: "resource.k8s.io", Resource: "resourceclaims"},
+		r := IsolateClaim(&admissionv1.AdmissionRequest{Operation: op, Resource: metav1.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"},
 			Object: runtime.RawExtension{Raw: raw}}, "team-a")
 		if !r.Allowed || r.Patch != nil {
 			t.Fatalf("%s: %+v", op, r)
@@ -236,7 +236,7 @@ func FuzzIsolateClaim(f *testing.F) {
 		}
 		req := func(raw []byte) *admissionv1.AdmissionResponse {
 			return IsolateClaim(&admissionv1.AdmissionRequest{Operation: admissionv1.Create, Namespace: "ns",
-				Resource: metav1.GroupVersionResource{Group: "resource.k8s.io", Resource: res}, Object: runtime.RawExtension{Raw: raw}}, "t")
+				Resource: metav1.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: res}, Object: runtime.RawExtension{Raw: raw}}, "t")
 		}
 		if r := req(raw); !r.Allowed && (r.Result == nil || r.Result.Message == "") {
 			t.Fatal("denied without a reason")

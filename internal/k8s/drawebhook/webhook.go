@@ -52,6 +52,17 @@ func Review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Resource.Group != resourceapi.GroupName {
 		return resp
 	}
+	switch req.Resource.Resource {
+	case "resourceclaims", "resourceclaimtemplates":
+		if req.Resource.Resource == "resourceclaims" && req.SubResource != "" {
+			return resp // status updates are the scheduler's and drivers'
+		}
+		if why := unservedVersion(req); why != "" {
+			return deny(http.StatusBadRequest, why)
+		}
+	default:
+		return resp
+	}
 	var spec *resourceapi.ResourceClaimSpec
 	field := "spec"
 	switch req.Resource.Resource {
@@ -59,9 +70,6 @@ func Review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		var c resourceapi.ResourceClaim
 		if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
 			return deny(http.StatusBadRequest, fmt.Sprintf("ResourceClaim: %v", err))
-		}
-		if req.SubResource != "" {
-			return resp // status updates are the scheduler's and drivers'
 		}
 		spec = &c.Spec
 	case "resourceclaimtemplates":
@@ -82,6 +90,29 @@ func Review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		msgs[i] = p.Error()
 	}
 	return deny(http.StatusUnprocessableEntity, dradriver.DriverName+": "+strings.Join(msgs, "; "))
+}
+
+// unservedVersion says why a request for a ResourceClaim or
+// ResourceClaimTemplate is not one this webhook decodes, or "" when its
+// resource and kind are resource.k8s.io/v1. The webhook decodes objects
+// as resource.k8s.io/v1 only: another version's object (v1beta1's
+// requests are not v1's exactly/firstAvailable) would decode to an empty
+// spec and pass unchecked, so it is refused; registered with
+// matchPolicy: Equivalent (as the chart does), the API server converts
+// every version to v1 before calling.
+func unservedVersion(req *admissionv1.AdmissionRequest) string {
+	v1 := resourceapi.SchemeGroupVersion
+	got := ""
+	switch {
+	case req.Resource.Group != v1.Group || req.Resource.Version != v1.Version:
+		got = fmt.Sprintf("resource %s/%s %s", req.Resource.Group, req.Resource.Version, req.Resource.Resource)
+	case req.Kind.Kind != "" && (req.Kind.Group != v1.Group || req.Kind.Version != v1.Version):
+		got = fmt.Sprintf("kind %s/%s %s", req.Kind.Group, req.Kind.Version, req.Kind.Kind)
+	default:
+		return ""
+	}
+	return fmt.Sprintf("%s: received %s; only %s is served: register the webhook with matchPolicy: Equivalent so the API server sends every version as %s",
+		dradriver.DriverName, got, v1, v1)
 }
 
 // Handler serves AdmissionReviews (admission.k8s.io/v1): claims on Path
