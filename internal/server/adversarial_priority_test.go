@@ -145,6 +145,11 @@ func TestTenantCannotOutrankOthers(t *testing.T) {
 func starve(t *testing.T, h *harness, token string, agents ...*agent.Agent) {
 	t.Helper()
 	h.pass(6*time.Minute, agents...)
+	// The background retry may last have run a step earlier: one retry
+	// now, so the reasons are those of this moment.
+	if err := h.srv.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	var tmp api.Claim
 	code, body := h.call(token, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice))
 	if code == 201 {

@@ -35,6 +35,10 @@ func TestMain(m *testing.M) {
 			if r.URL.Path == "/slow" {
 				time.Sleep(300 * time.Millisecond)
 			}
+			if r.URL.Path == "/env" {
+				fmt.Fprintln(w, strings.Join(os.Environ(), "\n"))
+				return
+			}
 			fmt.Fprintf(w, "replica %s devices %s\n", os.Getenv("GPUSLICE_REPLICA"), os.Getenv("CUDA_VISIBLE_DEVICES"))
 		})
 		_ = http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), mux)
@@ -49,6 +53,7 @@ type env struct {
 	admin *client.Client
 	ctl   *Controller
 	m     *fake.Machine
+	url   string // the server's
 }
 
 // newEnv runs a real server on a memory store with an in-process agent on
@@ -100,7 +105,7 @@ func newEnv(t *testing.T) *env {
 		<-agentDone
 		hs.Close()
 	})
-	return &env{t: t, ctx: ctx, admin: admin, ctl: ctl, m: m}
+	return &env{t: t, ctx: ctx, admin: admin, ctl: ctl, m: m, url: hs.URL}
 }
 
 func replicaSpec(port int, as model.Autoscaling) api.ServiceSpec {
@@ -300,4 +305,55 @@ func (e *env) gpuUUID(i int) string {
 		e.t.Fatal(err)
 	}
 	return gs[i].UUID
+}
+
+// A tenant's service runs only while the admin allows its command: taken
+// back, its replicas stop and their claims are released; a replica's
+// claim names its service and holds a lease; the replica sees none of
+// the controller's environment.
+func TestWithdrawnCommandStopsTheTenantsService(t *testing.T) {
+	t.Setenv("GPUSLICE_CONTROLLER_SECRET", "not for replicas")
+	e := newEnv(t)
+	p := port(t)
+	spec := replicaSpec(p, model.Autoscaling{MinReplicas: 1, MaxReplicas: 1})
+	allow := api.Tenant{Commands: []api.AllowedCommand{{Command: spec.Command, Env: []string{"GPUSLICE_TEST_REPLICA"}}}}
+	if err := e.admin.Do(e.ctx, "PUT", "/v1/tenants/default", allow, nil); err != nil {
+		t.Fatal(err)
+	}
+	var tok api.Token
+	if err := e.admin.Do(e.ctx, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: "default"}, &tok); err != nil {
+		t.Fatal(err)
+	}
+	tenant, _ := client.New(e.url, tok.Secret, nil)
+	if _, err := tenant.PutService(e.ctx, "web", "", spec); err != nil {
+		t.Fatal(err)
+	}
+	s := e.waitFor("web", "ready", func(s api.Service) bool { return s.Status.Ready == 1 })
+	c, err := e.admin.Claim(e.ctx, s.Status.Claims[0], "", 0)
+	if err != nil || c.Spec.Service != "web" || c.Spec.LeaseSeconds <= 0 || c.LeaseExpires == nil {
+		t.Fatalf("replica claim: service %q lease %d expires %v (%v)", c.Spec.Service, c.Spec.LeaseSeconds, c.LeaseExpires, err)
+	}
+	if code, body := get(t, "http://127.0.0.1:"+strconv.Itoa(p)+"/env"); code != 200 || strings.Contains(body, "GPUSLICE_CONTROLLER_SECRET") || !strings.Contains(body, "GPUSLICE_SERVICE=web") {
+		t.Fatalf("replica environment: %d %s", code, body)
+	}
+	if err := e.admin.Do(e.ctx, "PUT", "/v1/tenants/default", api.Tenant{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err = e.admin.Claim(e.ctx, c.ID, "", 0)
+		if err == nil && c.State == api.Released {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica of a withdrawn command still holds its claim: %s (%v)", c.State, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(p) + "/"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("the proxy of a withdrawn service still answers")
+		}
+	}
 }
