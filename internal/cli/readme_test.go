@@ -333,8 +333,11 @@ var readmeSteps = map[string]readmeStep{
 		want: []string{"hello", "1..3", "8080 (auto-stop)"},
 	},
 	"./gpuslice services ls                                    # replicas, ready, range, port, last decision": {want: []string{"hello", "default"}},
-	"./gpuslice services get hello                             # every decision with its reason":              {want: []string{"TIME", "REASON"}},
-	"./gpuslice services rm hello                              # replicas stop, their claims are released":    {}, // TestIdleStopsAndARequestWakes and TestScaleDownLosesNoRequest (internal/services) check replicas stop and claims are released
+	"./gpuslice tenants put acme --memory-mib 40960 --max-priority 10 --allow-command 'python3 /srv/serve.py' --allow-env MODEL": {
+		want: []string{"tenant acme: memory quota 40960 MiB", "max priority 10", `may run ["python3" "/srv/serve.py"] setting MODEL`},
+	},
+	"./gpuslice services get hello                             # every decision with its reason":           {want: []string{"TIME", "REASON"}},
+	"./gpuslice services rm hello                              # replicas stop, their claims are released": {}, // TestIdleStopsAndARequestWakes and TestScaleDownLosesNoRequest (internal/services) check replicas stop and claims are released
 	"go run ./cmd/gpuslice serve": {skip: "the same server as `./gpuslice serve`, which the walk starts below"},
 	"./scripts/test.sh":           {skip: "the command that runs this test"},
 	"go build -o gpuslice ./cmd/gpuslice": {check: func(w *walk, _ string) error {
