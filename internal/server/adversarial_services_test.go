@@ -325,3 +325,47 @@ func TestRenewalsRacingExpiryKeepTheirPromise(t *testing.T) {
 		}
 	}
 }
+
+// Renewals at a hundred times the rate a holder needs, from many
+// goroutines at once, while another tenant claims and releases: every
+// renewal is answered, the claim stays, and the other tenant's writes go
+// through (renewals within a tenth of the lease are answered from a read,
+// not queued at the writer).
+func TestRenewalFloodDoesNotStallWriters(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	beta := h.tenant("beta", 0)
+	h.node("vm", "dgx-a100")
+	req := gpuReq(1024, alloc.TimeSlice)
+	req.LeaseSeconds = 30
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", req, 201, &c)
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				if code, body := h.call(acme, "POST", "/v1/claims/"+c.ID+"/renew", nil); code != 200 {
+					errs <- fmt.Sprintf("renewal: %d %s", code, body)
+					return
+				}
+			}
+		}()
+	}
+	for range 20 {
+		var b api.Claim
+		h.must(beta, "POST", "/v1/claims", gpuReq(1024, alloc.TimeSlice), 201, &b)
+		h.must(beta, "DELETE", "/v1/claims/"+b.ID, nil, 200, nil)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	if c.State.Final() || c.LeaseExpires == nil {
+		t.Fatalf("flooded claim: %s, lease %v", c.State, c.LeaseExpires)
+	}
+}
