@@ -31,9 +31,12 @@ type Memory struct {
 	nodes       map[string][]byte
 	services    map[string][]byte
 	events      []memEvent // in Seq order
-	usage       map[string]api.Consumption
-	claimSeq    int64
-	eventSeq    int64
+	// tenantEvents indexes events by tenant: positions in events, in Seq
+	// order (ListEvents with a tenant reads only these).
+	tenantEvents map[string][]int
+	usage        map[string]api.Consumption
+	claimSeq     int64
+	eventSeq     int64
 }
 
 type memToken struct {
@@ -50,8 +53,9 @@ type memClaim struct {
 }
 
 type memEvent struct {
-	seq  int64
-	data []byte
+	seq    int64
+	tenant string
+	data   []byte
 }
 
 var _ Store = (*Memory)(nil)
@@ -66,6 +70,8 @@ func NewMemory() *Memory {
 		nodes:       map[string][]byte{},
 		services:    map[string][]byte{},
 		usage:       map[string]api.Consumption{},
+
+		tenantEvents: map[string][]int{},
 	}
 }
 
@@ -477,29 +483,57 @@ func (tx *memTx) AppendEvent(e *api.Event) error {
 	}
 	m := tx.m
 	oldSeq, oldLen := m.eventSeq, len(m.events)
+	oldTenantLen := len(m.tenantEvents[e.Tenant])
+	tenant := e.Tenant
 	tx.undo = append(tx.undo, func() {
 		m.eventSeq = oldSeq
 		clear(m.events[oldLen:])
 		m.events = m.events[:oldLen]
+		if oldTenantLen == 0 {
+			delete(m.tenantEvents, tenant)
+		} else {
+			m.tenantEvents[tenant] = m.tenantEvents[tenant][:oldTenantLen]
+		}
 	})
 	m.eventSeq++
-	m.events = append(m.events, memEvent{seq: m.eventSeq, data: data})
+	m.events = append(m.events, memEvent{seq: m.eventSeq, tenant: e.Tenant, data: data})
+	m.tenantEvents[e.Tenant] = append(m.tenantEvents[e.Tenant], len(m.events)-1)
 	e.Seq = m.eventSeq
 	return nil
 }
 
 func (tx *memTx) EventsSince(seq int64, limit int) ([]api.Event, error) {
+	return tx.ListEvents(EventFilter{AfterSeq: max(seq, 0), Limit: max(limit, 0)})
+}
+
+func (tx *memTx) ListEvents(f EventFilter) ([]api.Event, error) {
 	if err := tx.read(); err != nil {
 		return nil, err
 	}
-	evs := tx.m.events
-	i := sort.Search(len(evs), func(i int) bool { return evs[i].seq > seq })
-	evs = evs[i:]
-	if limit > 0 && len(evs) > limit {
-		evs = evs[:limit]
+	if err := f.check(); err != nil {
+		return nil, err
 	}
-	out := make([]api.Event, 0, len(evs))
-	for _, me := range evs {
+	evs := tx.m.events
+	var idx []int // positions in evs; nil: all of them
+	n := len(evs)
+	if f.Tenant != "" {
+		idx = tx.m.tenantEvents[f.Tenant]
+		n = len(idx)
+	}
+	at := func(i int) memEvent {
+		if f.Tenant != "" {
+			return evs[idx[i]]
+		}
+		return evs[i]
+	}
+	i := sort.Search(n, func(i int) bool { return at(i).seq > f.AfterSeq })
+	end := n
+	if f.Limit > 0 && end-i > f.Limit {
+		end = i + f.Limit
+	}
+	out := make([]api.Event, 0, end-i)
+	for ; i < end; i++ {
+		me := at(i)
 		e, err := decodeEvent(me.data, me.seq)
 		if err != nil {
 			return nil, err
