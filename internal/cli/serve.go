@@ -143,6 +143,7 @@ func serveCmd(e *env) *cobra.Command {
 	var nodeTimeout, reserveAfter, nodeTTL, nodeInterval time.Duration
 	var nodePools string
 	var maxQueued, defReplicas int
+	var maxStreamsToken, maxStreamsTenant int
 	var noAgent, modeSwitch, selfSigned bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -205,12 +206,21 @@ exists it refuses a database that is missing or empty instead of starting afresh
 			if defReplicas < 1 || defReplicas > 64 {
 				return fmt.Errorf("--default-replicas %d: want 1..%d", defReplicas, 64)
 			}
+			for _, f := range []struct {
+				name string
+				v    int
+			}{{"max-streams-per-token", maxStreamsToken}, {"max-streams-per-tenant", maxStreamsTenant}} {
+				if f.v == 0 {
+					return fmt.Errorf("--%s 0: want at least 1, or a negative number for no bound", f.name)
+				}
+			}
 			policy := alloc.Policy{Placement: placement, AllowModeSwitch: modeSwitch, DefaultReplicas: defReplicas}
 			if !cmd.Flags().Changed("allow-mode-switch") {
 				policy.AllowModeSwitch = dev.Info().Simulated // harmless on simulated GPUs
 			}
 			srv, err := server.New(ctx, server.Config{Store: store, Log: log, NodeTimeout: nodeTimeout,
-				Simulated: dev.Info().Simulated, Policy: policy, ReserveAfter: reserveAfter, MaxQueuedPerTenant: maxQueued})
+				Simulated: dev.Info().Simulated, Policy: policy, ReserveAfter: reserveAfter, MaxQueuedPerTenant: maxQueued,
+				MaxStreamsPerToken: maxStreamsToken, MaxStreamsPerTenant: maxStreamsTenant})
 			if err != nil {
 				return err
 			}
@@ -320,6 +330,10 @@ exists it refuses a database that is missing or empty instead of starting afresh
 	cmd.Flags().DurationVar(&nodeTimeout, "node-timeout", 30*time.Second, "mark a node lost after this long without a heartbeat")
 	cmd.Flags().DurationVar(&reserveAfter, "reserve-after", 5*time.Minute, "after a queued claim waits this long, a node is held for it: claims behind it of its priority or lower go elsewhere; negative: always backfill")
 	cmd.Flags().IntVar(&maxQueued, "max-queued", 1000, "most claims a tenant may have waiting; past it a claim that would wait is refused with 429 (negative: no bound)")
+	cmd.Flags().IntVar(&maxStreamsToken, "max-streams-per-token", server.DefaultMaxStreamsPerToken,
+		"most event streams (GET /v1/events) and long polls (GET /v1/claims/{id}?wait=) one token of any role may hold open; past it 429 with Retry-After (negative: no bound)")
+	cmd.Flags().IntVar(&maxStreamsTenant, "max-streams-per-tenant", server.DefaultMaxStreamsPerTenant,
+		"most event streams and long polls all of one tenant's tokens together may hold open; past it 429 with Retry-After (negative: no bound)")
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
 	cmd.Flags().BoolVar(&noAgent, "no-agent", false, "run no local node agent (nodes join with gpuslice agent)")
 	cmd.Flags().BoolVar(&modeSwitch, "allow-mode-switch", false, "let the allocator turn MIG on or off on idle GPUs (resets them; default: on for simulated GPUs only)")
