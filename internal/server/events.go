@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -14,6 +15,11 @@ import (
 // eventPage is how many events a stream reads per store read; a page that
 // comes back full is followed at once by the next.
 const eventPage = 500
+
+// streamReaders is how many event streams read the store at once (each
+// holding a read connection, decoding and encoding a page); the others
+// wait for a turn holding nothing.
+const streamReaders = 1
 
 // eventKeepalive is how often an idle stream writes a comment, so that
 // proxies keep it open and a gone client is noticed.
@@ -156,12 +162,18 @@ func (srv *Server) watchEvents(w http.ResponseWriter, r *http.Request, p princip
 }
 
 // sendEvents writes the scope's events after *since, page after page
-// until a page comes back short, each page one short store read (no
-// connection is held while writing to the client). It reports false when
-// the stream should end.
+// until a page comes back short. A page is read and encoded holding one
+// of the few stream readers (Server.streamReads), never more, so that
+// streams catching up leave the store's other read connections and most
+// of the CPU to everyone else; it is written to the client after (no
+// reader or connection is held while a slow client reads). It reports
+// false when the stream should end.
 func (srv *Server) sendEvents(w http.ResponseWriter, fl http.Flusher, r *http.Request, scope string, from time.Time, since *int64) bool {
+	var buf bytes.Buffer
 	for {
-		if r.Context().Err() != nil {
+		select {
+		case srv.streamReads <- struct{}{}:
+		case <-r.Context().Done():
 			return false
 		}
 		var evs []api.Event
@@ -170,15 +182,20 @@ func (srv *Server) sendEvents(w http.ResponseWriter, fl http.Flusher, r *http.Re
 			evs, err = tx.ListEvents(state.EventFilter{Tenant: scope, AfterSeq: *since, Limit: eventPage})
 			return err
 		})
-		if err != nil {
-			return false
-		}
+		buf.Reset()
 		for _, e := range evs {
 			*since = e.Seq
 			if scope != "" && (e.Tenant != scope || e.Time.Before(from)) {
 				continue
 			}
-			writeSSE(w, e)
+			writeSSE(&buf, e)
+		}
+		<-srv.streamReads
+		if err != nil {
+			return false
+		}
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return false
 		}
 		fl.Flush()
 		if len(evs) < eventPage {

@@ -90,6 +90,8 @@ type Server struct {
 	slots *streamSlots
 	// bell wakes event streams when events they may show commit.
 	bell *eventBell
+	// streamReads holds a token per stream reading a page (streamReaders).
+	streamReads chan struct{}
 }
 
 type cache struct {
@@ -195,7 +197,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.SeriesLength = 1440
 	}
 	srv := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, sched: newScheduler(), series: web.NewSeries(cfg.SeriesLength),
-		slots: newStreamSlots(cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant), bell: newEventBell()}
+		slots: newStreamSlots(cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant), bell: newEventBell(),
+		streamReads: make(chan struct{}, streamReaders)}
 	srv.metrics = newMetrics(srv)
 	if err := srv.loadCache(ctx); err != nil {
 		return nil, err
