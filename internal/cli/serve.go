@@ -160,6 +160,14 @@ exists it refuses a database that is missing or empty instead of starting afresh
 		Example: "  gpuslice serve\n  gpuslice serve --simulate dgx-h100 --listen 0.0.0.0:7777 --tls-cert c.pem --tls-key k.pem\n  gpuslice serve --listen 0.0.0.0:7777 --tls-self-signed",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, f := range []struct {
+				name string
+				v    int
+			}{{"max-streams-per-token", maxStreamsToken}, {"max-streams-per-tenant", maxStreamsTenant}} {
+				if f.v == 0 {
+					return fmt.Errorf("--%s 0: want at least 1, or a negative number for no bound", f.name)
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -205,14 +213,6 @@ exists it refuses a database that is missing or empty instead of starting afresh
 			defer store.Close()
 			if defReplicas < 1 || defReplicas > 64 {
 				return fmt.Errorf("--default-replicas %d: want 1..%d", defReplicas, 64)
-			}
-			for _, f := range []struct {
-				name string
-				v    int
-			}{{"max-streams-per-token", maxStreamsToken}, {"max-streams-per-tenant", maxStreamsTenant}} {
-				if f.v == 0 {
-					return fmt.Errorf("--%s 0: want at least 1, or a negative number for no bound", f.name)
-				}
 			}
 			policy := alloc.Policy{Placement: placement, AllowModeSwitch: modeSwitch, DefaultReplicas: defReplicas}
 			if !cmd.Flags().Changed("allow-mode-switch") {
