@@ -3,6 +3,7 @@ package state
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -225,6 +226,37 @@ func TestSQLiteEventsByTenantUseTheIndex(t *testing.T) {
 	joined := strings.Join(plan, "; ")
 	if !strings.Contains(joined, "events_tenant") {
 		t.Fatalf("query plan of a tenant's events: %q, want the events_tenant index", joined)
+	}
+}
+
+// A View's first use of a query never waits for a second read
+// connection: with every read connection in a View preparing a new query,
+// none would ever come free. (Found with two read connections and a crowd
+// of event streams: every read of the API hung.) One read connection
+// makes it certain.
+func TestSQLiteViewPreparesOnItsOwnConnection(t *testing.T) {
+	s, err := OpenSQLite(filepath.Join(t.TempDir(), "state.db"), SQLiteOptions{ReadConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	populate(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 2 { // first use, then from the cache
+		err := s.View(ctx, func(tx Tx) error {
+			if _, err := tx.ListEvents(EventFilter{Tenant: "acme", Limit: 5}); err != nil {
+				return err
+			}
+			if _, err := tx.ListClaims(ClaimFilter{States: []api.ClaimState{api.Pending, api.Running, api.Failed}}); err != nil {
+				return err
+			}
+			_, err := tx.GetTenant("acme")
+			return err
+		})
+		if err != nil {
+			t.Fatalf("a View on the only read connection: %v", err)
+		}
 	}
 }
 
