@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -280,7 +281,9 @@ func TestStreamBehindCatchesUpAtOnce(t *testing.T) {
 	acme := h.tenant("acme", 0)
 	h.tenant("beta", 0)
 	// 3,000 of acme's events among 3,000 of beta's and 600 of nobody's.
-	appendEvents(t, store, 6600, func(i int) string { return []string{"acme", "beta", "acme", "beta", "", "acme", "beta", "acme", "beta", "acme", "beta"}[i%11] }, h.clock())
+	appendEvents(t, store, 6600, func(i int) string {
+		return []string{"acme", "beta", "acme", "beta", "", "acme", "beta", "acme", "beta", "acme", "beta"}[i%11]
+	}, h.clock())
 	var before int
 	if err := store.View(context.Background(), func(tx state.Tx) error {
 		evs, err := tx.EventsSince(0, 0)
@@ -384,6 +387,26 @@ func TestNamesakeTenantSeesNothingOld(t *testing.T) {
 	}
 }
 
+// callWithin GETs path; a read with no answer in a minute (a hang, not a
+// slow answer) comes back as code 0.
+func callWithin(h *harness, token, path string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.http.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, err = io.Copy(&b, resp.Body)
+	if err != nil {
+		return 0, err.Error()
+	}
+	return resp.StatusCode, b.String()
+}
+
 // Hostile streams of one tenant — past every cap, on a SQLite store with
 // two read connections, while claims come and go — never keep an agent
 // or another tenant from an answer: every read answers 200 with what it
@@ -448,13 +471,13 @@ func TestHostileStreamsDoNotStarveReads(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 25 {
-				code, body := h.call(h.agents["vm"], "GET", "/v1/nodes/vm/claims", nil)
-				answers <- answer{"agent", code, string(body)}
-				code, body = h.call(good, "GET", "/v1/claims", nil)
-				answers <- answer{"good", code, string(body)}
+				code, body := callWithin(h, h.agents["vm"], "/v1/nodes/vm/claims")
+				answers <- answer{"agent", code, body}
+				code, body = callWithin(h, good, "/v1/claims")
+				answers <- answer{"good", code, body}
 				if r == 0 {
-					code, body = h.call(h.admin, "GET", "/v1/nodes", nil)
-					answers <- answer{"nodes", code, string(body)}
+					code, body = callWithin(h, h.admin, "/v1/nodes")
+					answers <- answer{"nodes", code, body}
 				}
 			}
 		}()
