@@ -145,6 +145,7 @@ func serveCmd(e *env) *cobra.Command {
 	var nodePools string
 	var maxQueued, defReplicas int
 	var ret retentionFlags
+	var maxStreamsToken, maxStreamsTenant int
 	var noAgent, modeSwitch, selfSigned bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -161,6 +162,14 @@ exists it refuses a database that is missing or empty instead of starting afresh
 		Example: "  gpuslice serve\n  gpuslice serve --simulate dgx-h100 --listen 0.0.0.0:7777 --tls-cert c.pem --tls-key k.pem\n  gpuslice serve --listen 0.0.0.0:7777 --tls-self-signed",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, f := range []struct {
+				name string
+				v    int
+			}{{"max-streams-per-token", maxStreamsToken}, {"max-streams-per-tenant", maxStreamsTenant}} {
+				if f.v == 0 {
+					return fmt.Errorf("--%s 0: want at least 1, or a negative number for no bound", f.name)
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -212,7 +221,8 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				policy.AllowModeSwitch = dev.Info().Simulated // harmless on simulated GPUs
 			}
 			scfg := server.Config{Store: store, Log: log, NodeTimeout: nodeTimeout,
-				Simulated: dev.Info().Simulated, Policy: policy, ReserveAfter: reserveAfter, MaxQueuedPerTenant: maxQueued, LeaseGrace: leaseGrace}
+				Simulated: dev.Info().Simulated, Policy: policy, ReserveAfter: reserveAfter, MaxQueuedPerTenant: maxQueued, LeaseGrace: leaseGrace,
+				MaxStreamsPerToken: maxStreamsToken, MaxStreamsPerTenant: maxStreamsTenant}
 			if err := ret.apply(&scfg); err != nil {
 				return err
 			}
@@ -338,6 +348,10 @@ exists it refuses a database that is missing or empty instead of starting afresh
 	cmd.Flags().DurationVar(&reserveAfter, "reserve-after", 5*time.Minute, "after a queued claim waits this long, the GPUs it could use on one node are held for it: claims behind it of its priority or lower use only other GPUs (the rest of that node included); negative: always backfill")
 	cmd.Flags().IntVar(&maxQueued, "max-queued", 1000, "most claims a tenant may have waiting; past it a claim that would wait is refused with 429 (negative: no bound)")
 	ret.register(cmd)
+	cmd.Flags().IntVar(&maxStreamsToken, "max-streams-per-token", server.DefaultMaxStreamsPerToken,
+		"most event streams (GET /v1/events) and long polls (GET /v1/claims/{id}?wait=) one token of any role may hold open; past it 429 with Retry-After (negative: no bound)")
+	cmd.Flags().IntVar(&maxStreamsTenant, "max-streams-per-tenant", server.DefaultMaxStreamsPerTenant,
+		"most event streams and long polls all of one tenant's tokens together may hold open; past it 429 with Retry-After (negative: no bound)")
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
 	cmd.Flags().DurationVar(&leaseGrace, "lease-grace", 10*time.Second, "how long past its lease a leased claim (gpuslice run, service replicas) is kept before it is released")
 	cmd.Flags().StringVar(&replicaUIDs, "replica-uids", "2100000000-2100065535", "as root: each service replica runs as a uid (and gid) of its own from this range, FROM-TO (ids no account of the host uses)")

@@ -234,7 +234,7 @@ func (srv *Server) loadClaim(r *http.Request, p principal, id string) (api.Claim
 		c, err = tx.GetClaim(id)
 		return err
 	})
-	if err != nil || (p.role == api.RoleTenant && c.Tenant != p.tenant) {
+	if err != nil || !p.sees(&c) {
 		return api.Claim{}, errStatus(http.StatusNotFound, "claim %q not found", id)
 	}
 	srv.decorate(&c)
@@ -289,6 +289,15 @@ func (srv *Server) getClaim(w http.ResponseWriter, r *http.Request, p principal)
 		return
 	}
 	from := api.ClaimState(r.URL.Query().Get("state"))
+	if wait > 0 && from != "" {
+		// It may wait: a long poll holds a slot, as a stream does.
+		release, err := srv.slots.take(p)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer release()
+	}
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
@@ -342,14 +351,29 @@ func (srv *Server) listClaims(w http.ResponseWriter, r *http.Request, p principa
 	}
 	f.Limit = pg.limit + 1 // one more says whether there is a next page
 	var cs []api.Claim
-	err = srv.store.View(r.Context(), func(tx state.Tx) error {
-		var err error
-		cs, err = tx.ListClaims(f)
-		return err
-	})
-	if err != nil {
-		writeError(w, err)
-		return
+	for {
+		// A tenant token sees no claim from before its tenant was
+		// created: those of a deleted namesake come first (by Seq), and
+		// are read past until the page is full or the claims end.
+		var page []api.Claim
+		err = srv.store.View(r.Context(), func(tx state.Tx) error {
+			var err error
+			page, err = tx.ListClaims(f)
+			return err
+		})
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		for _, c := range page {
+			f.AfterSeq = c.Seq
+			if p.sees(&c) {
+				cs = append(cs, c)
+			}
+		}
+		if len(page) < f.Limit || len(cs) >= f.Limit {
+			break
+		}
 	}
 	if len(cs) > pg.limit {
 		cs = cs[:pg.limit]
@@ -404,7 +428,7 @@ func readClaimLocked(tx state.Tx, p principal, id string) (api.Claim, error) {
 		}
 		return api.Claim{}, err
 	}
-	if p.role == api.RoleTenant && c.Tenant != p.tenant {
+	if !p.sees(&c) {
 		return api.Claim{}, errStatus(http.StatusNotFound, "claim %q not found", id)
 	}
 	return c, nil
@@ -520,50 +544,4 @@ func (srv *Server) markRunning(w http.ResponseWriter, r *http.Request, p princip
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// watchEvents streams events as Server-Sent Events from ?since=SEQ; a
-// tenant sees its own claims' events only.
-func (srv *Server) watchEvents(w http.ResponseWriter, r *http.Request, p principal) {
-	since, err := strconv.ParseInt(r.URL.Query().Get("since"), 10, 64)
-	if err != nil && r.URL.Query().Get("since") != "" || since < 0 {
-		writeError(w, errField("since", "want the seq of the last event seen (a whole number ≥ 0)"))
-		return
-	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		writeError(w, errStatus(http.StatusInternalServerError, "streaming unsupported"))
-		return
-	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	for {
-		ch := srv.sched.waitChan()
-		var evs []api.Event
-		err := srv.store.View(r.Context(), func(tx state.Tx) error {
-			var err error
-			evs, err = tx.EventsSince(since, 500)
-			return err
-		})
-		if err != nil {
-			return
-		}
-		for _, e := range evs {
-			since = e.Seq
-			if p.role == api.RoleTenant && e.Tenant != p.tenant {
-				continue
-			}
-			writeSSE(w, e)
-		}
-		fl.Flush()
-		select {
-		case <-ch:
-		case <-time.After(15 * time.Second):
-			fmt.Fprint(w, ": keepalive\n\n")
-			fl.Flush()
-		case <-r.Context().Done():
-			return
-		}
-	}
 }

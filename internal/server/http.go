@@ -22,6 +22,17 @@ type principal struct {
 	token  string // token id, never the secret
 	// node is the node an agent token was issued for ("" if unbound yet).
 	node string
+	// tenantCreated is when a tenant token's tenant was created: it sees
+	// nothing from before (a namesake of a deleted tenant inherits
+	// nothing).
+	tenantCreated time.Time
+}
+
+// sees says whether p may see claim c: admins and agents every claim, a
+// tenant token its own tenant's claims made since the tenant was created
+// (none of a deleted namesake's).
+func (p principal) sees(c *api.Claim) bool {
+	return p.role != api.RoleTenant || c.Tenant == p.tenant && !c.Created.Before(p.tenantCreated)
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request, p principal)
@@ -62,6 +73,7 @@ func (srv *Server) authed(roles []api.Role, h handlerFunc) http.Handler {
 			writeError(w, errStatus(http.StatusUnauthorized, "invalid token"))
 			return
 		}
+		var tenantCreated time.Time
 		if tok.Role == api.RoleTenant {
 			// A tenant's tokens die with it: deleting a tenant deletes
 			// them, and a token older than its tenant (one that survived a
@@ -71,6 +83,7 @@ func (srv *Server) authed(roles []api.Role, h handlerFunc) http.Handler {
 				writeError(w, errStatus(http.StatusUnauthorized, "invalid token: its tenant %s no longer exists", tok.Tenant))
 				return
 			}
+			tenantCreated = t.Created
 		}
 		allowed := false
 		for _, role := range roles {
@@ -81,7 +94,7 @@ func (srv *Server) authed(roles []api.Role, h handlerFunc) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, srv.cfg.MaxBodyBytes)
-		h(w, r, principal{role: tok.Role, tenant: tok.Tenant, token: tok.ID, node: tok.Node})
+		h(w, r, principal{role: tok.Role, tenant: tok.Tenant, token: tok.ID, node: tok.Node, tenantCreated: tenantCreated})
 	})
 }
 

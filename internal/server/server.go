@@ -56,6 +56,15 @@ type Config struct {
 	// refused with 429. Memory is bounded by the quota: a pending claim is
 	// charged at least what it will hold.
 	MaxQueuedPerTenant int
+	// MaxStreamsPerToken bounds the event streams (GET /v1/events) and
+	// long polls (GET /v1/claims/{id}?wait=) one token — of any role —
+	// holds open at once (default DefaultMaxStreamsPerToken, 16; negative:
+	// no bound); MaxStreamsPerTenant bounds those of all of a tenant's
+	// tokens together (default DefaultMaxStreamsPerTenant, 64; negative:
+	// no bound). Past either, the request is refused with 429 and
+	// Retry-After, naming the cap and how many are open.
+	MaxStreamsPerToken  int
+	MaxStreamsPerTenant int
 	// MaxBodyBytes bounds request bodies (default 1 MiB).
 	MaxBodyBytes int64
 	// Simulated says the local node runs on simulated GPUs; answers that
@@ -117,6 +126,12 @@ type Server struct {
 	cache cache
 	// events limits what each node's agent may add to the event log.
 	events *eventLimiter
+	// slots bounds open streams and long polls per token and tenant.
+	slots *streamSlots
+	// bell wakes event streams when events they may show commit.
+	bell *eventBell
+	// streamReads holds a token per stream reading a page (streamReaders).
+	streamReads chan struct{}
 }
 
 type cache struct {
@@ -206,6 +221,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxQueuedPerTenant == 0 {
 		cfg.MaxQueuedPerTenant = 1000
 	}
+	if cfg.MaxStreamsPerToken == 0 {
+		cfg.MaxStreamsPerToken = DefaultMaxStreamsPerToken
+	}
+	if cfg.MaxStreamsPerTenant == 0 {
+		cfg.MaxStreamsPerTenant = DefaultMaxStreamsPerTenant
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
@@ -250,7 +271,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: AgentEventRate %v: want a finite number of events per second (negative: no limit)", cfg.AgentEventRate)
 	}
 	srv := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, sched: newScheduler(), series: web.NewSeries(cfg.SeriesLength),
-		events: newEventLimiter(cfg.AgentEventRate, cfg.AgentEventBurst, cfg.EventDropWindow)}
+		events: newEventLimiter(cfg.AgentEventRate, cfg.AgentEventBurst, cfg.EventDropWindow),
+		slots:  newStreamSlots(cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant), bell: newEventBell(),
+		streamReads: make(chan struct{}, streamReaders)}
 	srv.leases.m = map[string]lease{}
 	srv.metrics = newMetrics(srv)
 	if err := srv.loadCache(ctx); err != nil {

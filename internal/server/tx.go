@@ -34,7 +34,8 @@ import (
 // lock: the writer runs fn under that lock, so it would wait for itself.
 func (srv *Server) update(ctx context.Context, fn func(tx state.Tx) error) error {
 	var refused error
-	err := srv.store.Update(ctx, func(tx state.Tx) error {
+	err := srv.store.Update(ctx, func(stx state.Tx) error {
+		tx := &eventsTx{Tx: stx}
 		s := srv.sched
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -47,6 +48,7 @@ func (srv *Server) update(ctx context.Context, fn func(tx state.Tx) error) error
 			s.mu.Lock()
 			s.changed()
 			s.mu.Unlock()
+			srv.bell.ring(tx.appended)
 		})
 		if s.stale {
 			if err := srv.rebuildLocked(tx); err != nil {

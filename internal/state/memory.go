@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"slices"
@@ -35,9 +36,13 @@ type Memory struct {
 	nodes    map[string][]byte
 	services map[string][]byte
 	events   []memEvent // in Seq order
-	usage    map[string]api.Consumption
-	claimSeq int64
-	eventSeq int64
+	// tenantEvents indexes events by tenant: their seqs, in order
+	// (ListEvents with a tenant reads only these; a pruned seq is
+	// skipped).
+	tenantEvents map[string][]int64
+	usage        map[string]api.Consumption
+	claimSeq     int64
+	eventSeq     int64
 }
 
 type memToken struct {
@@ -92,9 +97,10 @@ func (tx *memTx) indexFinal(old memClaim, had bool, now memClaim, id string) {
 }
 
 type memEvent struct {
-	seq  int64
-	at   int64 // stamp of the event's Time
-	data []byte
+	seq    int64
+	at     int64 // stamp of the event's Time
+	tenant string
+	data   []byte
 }
 
 var _ Store = (*Memory)(nil)
@@ -109,6 +115,8 @@ func NewMemory() *Memory {
 		nodes:       map[string][]byte{},
 		services:    map[string][]byte{},
 		usage:       map[string]api.Consumption{},
+
+		tenantEvents: map[string][]int64{},
 	}
 }
 
@@ -522,30 +530,63 @@ func (tx *memTx) AppendEvent(e *api.Event) error {
 	}
 	m := tx.m
 	oldSeq, oldLen := m.eventSeq, len(m.events)
+	oldTenantLen := len(m.tenantEvents[e.Tenant])
+	tenant := e.Tenant
 	tx.undo = append(tx.undo, func() {
 		m.eventSeq = oldSeq
 		clear(m.events[oldLen:])
 		m.events = m.events[:oldLen]
+		if oldTenantLen == 0 {
+			delete(m.tenantEvents, tenant)
+		} else {
+			m.tenantEvents[tenant] = m.tenantEvents[tenant][:oldTenantLen]
+		}
 	})
 	m.eventSeq++
-	m.events = append(m.events, memEvent{seq: m.eventSeq, at: stamp(e.Time), data: data})
+	m.events = append(m.events, memEvent{seq: m.eventSeq, at: stamp(e.Time), tenant: e.Tenant, data: data})
+	m.tenantEvents[e.Tenant] = append(m.tenantEvents[e.Tenant], m.eventSeq)
 	e.Seq = m.eventSeq
 	return nil
 }
 
 func (tx *memTx) EventsSince(seq int64, limit int) ([]api.Event, error) {
+	return tx.ListEvents(EventFilter{AfterSeq: max(seq, 0), Limit: max(limit, 0)})
+}
+
+func (tx *memTx) ListEvents(f EventFilter) ([]api.Event, error) {
 	if err := tx.read(); err != nil {
 		return nil, err
 	}
-	evs := tx.m.events
-	i := sort.Search(len(evs), func(i int) bool { return evs[i].seq > seq })
-	evs = evs[i:]
-	if limit > 0 && len(evs) > limit {
-		evs = evs[:limit]
+	if err := f.check(); err != nil {
+		return nil, err
 	}
-	out := make([]api.Event, 0, len(evs))
-	for _, me := range evs {
-		e, err := decodeEvent(me.data, me.seq)
+	evs := tx.m.events
+	if f.Tenant != "" {
+		// The tenant's seqs, each found in evs (in seq order) by binary
+		// search; a seq pruned since is skipped.
+		seqs := tx.m.tenantEvents[f.Tenant]
+		out := []api.Event{}
+		for i := sort.Search(len(seqs), func(i int) bool { return seqs[i] > f.AfterSeq }); i < len(seqs) && (f.Limit <= 0 || len(out) < f.Limit); i++ {
+			j, ok := slices.BinarySearchFunc(evs, seqs[i], func(e memEvent, seq int64) int { return cmp.Compare(e.seq, seq) })
+			if !ok {
+				continue
+			}
+			e, err := decodeEvent(evs[j].data, evs[j].seq)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e)
+		}
+		return out, nil
+	}
+	i := sort.Search(len(evs), func(i int) bool { return evs[i].seq > f.AfterSeq })
+	end := len(evs)
+	if f.Limit > 0 && end-i > f.Limit {
+		end = i + f.Limit
+	}
+	out := make([]api.Event, 0, end-i)
+	for ; i < end; i++ {
+		e, err := decodeEvent(evs[i].data, evs[i].seq)
 		if err != nil {
 			return nil, err
 		}
@@ -586,6 +627,7 @@ func (tx *memTx) PruneEvents(before time.Time, keep, limit int) (int, error) {
 		old := m.events
 		tx.undo = append(tx.undo, func() { m.events = old })
 		m.events = old[n:]
+		tx.pruneTenantEvents()
 		return n, nil
 	}
 	keys := make([]pruneKey, len(m.events))
@@ -609,7 +651,21 @@ func (tx *memTx) PruneEvents(before time.Time, keep, limit int) (int, error) {
 	}
 	tx.undo = append(tx.undo, func() { m.events = old })
 	m.events = kept
+	tx.pruneTenantEvents()
 	return n, nil
+}
+
+// pruneTenantEvents drops from the tenant index the seqs no longer in
+// m.events (after a prune), undone with the transaction.
+func (tx *memTx) pruneTenantEvents() {
+	m := tx.m
+	old := m.tenantEvents
+	tx.undo = append(tx.undo, func() { m.tenantEvents = old })
+	fresh := make(map[string][]int64, len(old))
+	for _, e := range m.events {
+		fresh[e.tenant] = append(fresh[e.tenant], e.seq)
+	}
+	m.tenantEvents = fresh
 }
 
 // pruneEventPrefix is pruneOrder for events whose times are in seq order

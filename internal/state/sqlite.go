@@ -128,11 +128,19 @@ var migrations = [][]string{
 			WHERE state IN ('released', 'failed')`,
 		`CREATE INDEX claims_ended ON claims (ended, seq) WHERE ended IS NOT NULL`,
 	},
+	// 5: events by tenant (a tenant's event stream reads its own events
+	// through an index, whatever the others append). Existing events get
+	// their tenant from their stored JSON.
+	{
+		`ALTER TABLE events ADD COLUMN tenant TEXT NOT NULL DEFAULT ''`,
+		`UPDATE events SET tenant = coalesce(json_extract(CAST(data AS TEXT), '$.tenant'), '')`,
+		`CREATE INDEX events_tenant ON events (tenant, seq)`,
+	},
 }
 
 // SchemaVersion is the schema version this binary writes: the number of
 // migrations (a test checks they agree).
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // SQLite is the durable Store: one SQLite database file in WAL mode,
 // written by one goroutine that group-commits concurrent Updates (see the
@@ -506,9 +514,16 @@ func (s *SQLite) View(ctx context.Context, fn func(Tx) error) error {
 		return fmt.Errorf("state: %w", err)
 	}
 	defer rtx.Rollback()
-	tx := &sqlTx{s: s, txGuard: txGuard{readOnly: true}, r: readRunner{s: s, ctx: ctx, tx: rtx}}
+	var unprepared []string
+	tx := &sqlTx{s: s, txGuard: txGuard{readOnly: true}, r: readRunner{s: s, ctx: ctx, tx: rtx, unprepared: &unprepared}}
 	defer func() { tx.done = true }()
-	return fn(tx)
+	err = fn(tx)
+	tx.done = true
+	_ = rtx.Rollback()
+	// This View's connection is back in the pool: the queries it used for
+	// the first time are prepared for the pool now.
+	s.prepareReads(ctx, unprepared)
+	return err
 }
 
 // Close stops accepting Updates, lets the writer finish every queued one,
@@ -775,27 +790,52 @@ type readRunner struct {
 	s   *SQLite
 	ctx context.Context
 	tx  *sql.Tx
+	// unprepared collects the queries this View prepared on its own
+	// connection (View prepares them for the pool when it ends).
+	unprepared *[]string
 }
 
+// stmt returns q's statement on this View's transaction: the pool's
+// prepared statement, or — q's first use — one prepared on the
+// transaction's own connection. Preparing on the pool here would wait for
+// a second connection while this one is held: with every read connection
+// in a View doing so, none would ever come free.
 func (r readRunner) stmt(q string) (*sql.Stmt, error) {
 	r.s.rmu.Lock()
 	st, ok := r.s.rstmts[q]
 	r.s.rmu.Unlock()
 	if !ok {
-		var err error
-		if st, err = r.s.rdb.PrepareContext(r.ctx, q); err != nil {
-			return nil, err
-		}
-		r.s.rmu.Lock()
-		if old, ok := r.s.rstmts[q]; ok {
-			st.Close()
-			st = old
-		} else {
-			r.s.rstmts[q] = st
-		}
-		r.s.rmu.Unlock()
+		*r.unprepared = append(*r.unprepared, q)
+		return r.tx.PrepareContext(r.ctx, q)
 	}
 	return r.tx.StmtContext(r.ctx, st), nil
+}
+
+// prepareReads prepares queries for the read pool (holding no connection
+// while it waits for one); a failure is left for a later View to retry.
+func (s *SQLite) prepareReads(ctx context.Context, qs []string) {
+	for _, q := range qs {
+		if s.closed.Load() {
+			return
+		}
+		s.rmu.Lock()
+		_, ok := s.rstmts[q]
+		s.rmu.Unlock()
+		if ok {
+			continue
+		}
+		st, err := s.rdb.PrepareContext(ctx, q)
+		if err != nil {
+			return
+		}
+		s.rmu.Lock()
+		if _, ok := s.rstmts[q]; ok {
+			st.Close()
+		} else {
+			s.rstmts[q] = st
+		}
+		s.rmu.Unlock()
+	}
 }
 
 func (r readRunner) exec(q string, args ...any) (sql.Result, error) {
@@ -1181,7 +1221,7 @@ func (tx *sqlTx) AppendEvent(e *api.Event) error {
 	if err != nil {
 		return err
 	}
-	res, err := tx.r.exec(`INSERT INTO events (kind, at, data) VALUES (?, ?, ?)`, e.Kind, stamp(e.Time), data)
+	res, err := tx.r.exec(`INSERT INTO events (kind, at, tenant, data) VALUES (?, ?, ?, ?)`, e.Kind, stamp(e.Time), e.Tenant, data)
 	if err != nil {
 		return wrap(err)
 	}
@@ -1194,13 +1234,24 @@ func (tx *sqlTx) AppendEvent(e *api.Event) error {
 }
 
 func (tx *sqlTx) EventsSince(seq int64, limit int) ([]api.Event, error) {
+	return tx.ListEvents(EventFilter{AfterSeq: max(seq, 0), Limit: max(limit, 0)})
+}
+
+func (tx *sqlTx) ListEvents(f EventFilter) ([]api.Event, error) {
 	if err := tx.read(); err != nil {
 		return nil, err
 	}
-	if limit <= 0 {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	limit := f.Limit
+	if limit == 0 {
 		limit = -1 // SQLite: no limit
 	}
-	return queryList(tx, true, decodeEvent, `SELECT seq, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, seq, limit)
+	if f.Tenant != "" {
+		return queryList(tx, true, decodeEvent, `SELECT seq, data FROM events WHERE tenant = ? AND seq > ? ORDER BY seq LIMIT ?`, f.Tenant, f.AfterSeq, limit)
+	}
+	return queryList(tx, true, decodeEvent, `SELECT seq, data FROM events WHERE seq > ? ORDER BY seq LIMIT ?`, f.AfterSeq, limit)
 }
 
 // endedArg is the claims.ended column of c: its end stamp, NULL while live.

@@ -85,7 +85,7 @@ type Tx interface {
 	// AppendEvent stores an event and assigns e.Seq (monotonic).
 	AppendEvent(e *api.Event) error
 	// EventsSince returns the events with Seq > seq in Seq order, at most
-	// limit of them (limit <= 0: all).
+	// limit of them (limit <= 0: all). It is ListEvents with no tenant.
 	EventsSince(seq int64, limit int) ([]api.Event, error)
 	// PruneEvents deletes at most limit events (limit <= 0: no bound),
 	// oldest first (by Time, then Seq): those whose Time is before before
@@ -93,6 +93,10 @@ type Tx interface {
 	// no count bound). A deleted event's seq is never reused. It returns
 	// how many it deleted.
 	PruneEvents(before time.Time, keep, limit int) (int, error)
+	// ListEvents returns the events that match f in Seq order. With a
+	// tenant it reads that tenant's events only, through an index: its
+	// cost does not grow with other tenants' events.
+	ListEvents(f EventFilter) ([]api.Event, error)
 
 	// AddUsage adds to a tenant's accumulated GPU-seconds, SM-seconds and
 	// MiB-seconds (all finite and >= 0). The tenant need not exist.
@@ -138,6 +142,26 @@ type ClaimFilter struct {
 	AfterSeq int64
 	// Limit returns at most this many claims (0: all).
 	Limit int
+}
+
+// EventFilter selects events. Zero fields match everything.
+type EventFilter struct {
+	// Tenant matches events of this tenant (Event.Tenant).
+	Tenant string
+	// AfterSeq keeps events with Seq > AfterSeq.
+	AfterSeq int64
+	// Limit returns at most this many events (0: all).
+	Limit int
+}
+
+func (f EventFilter) check() error {
+	if f.AfterSeq < 0 {
+		return fmt.Errorf("state: EventFilter.AfterSeq %d: want a seq >= 0", f.AfterSeq)
+	}
+	if f.Limit < 0 {
+		return fmt.Errorf("state: EventFilter.Limit %d: want >= 0 (0: all)", f.Limit)
+	}
+	return nil
 }
 
 // Errors of the store. Errors returned for a missing or duplicate record

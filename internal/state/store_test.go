@@ -59,6 +59,7 @@ func TestContract(t *testing.T) {
 		{"Events", testEvents},
 		{"PruneEvents", testPruneEvents},
 		{"PruneClaims", testPruneClaims},
+		{"EventsByTenant", testEventsByTenant},
 		{"Usage", testUsage},
 		{"Rollback", testRollback},
 		{"RollbackPanic", testRollbackPanic},
@@ -622,6 +623,140 @@ func testEvents(t *testing.T, s Store) {
 		if none == nil || len(none) != 0 {
 			t.Errorf("EventsSince(last) = %#v, want an empty list", none)
 		}
+		return nil
+	})
+}
+
+// ListEvents with a tenant reads that tenant's events only, in Seq order,
+// from a cursor, at most Limit; an event whose function failed is in no
+// tenant's list; a bad filter is an error naming the field.
+func testEventsByTenant(t *testing.T, s Store) {
+	tenants := []string{"acme", "beta", "", "acme", "beta", "acme", "gamma", "acme"}
+	bySeq := map[string][]int64{}
+	var all []int64
+	for i, tenant := range tenants {
+		update(t, s, func(tx Tx) error {
+			e := &api.Event{Time: t0.Add(time.Duration(i) * time.Second), Kind: "k", Tenant: tenant, Message: fmt.Sprint(i)}
+			if err := tx.AppendEvent(e); err != nil {
+				return err
+			}
+			bySeq[tenant] = append(bySeq[tenant], e.Seq)
+			all = append(all, e.Seq)
+			return nil
+		})
+	}
+	// A failed function's event is gone from the tenant's list too.
+	err := s.Update(context.Background(), func(tx Tx) error {
+		if err := tx.AppendEvent(&api.Event{Time: t0, Kind: "k", Tenant: "acme", Message: "lost"}); err != nil {
+			return err
+		}
+		return errors.New("boom")
+	})
+	if err == nil || err.Error() != "boom" {
+		t.Fatalf("failing update: %v", err)
+	}
+	seqs := func(evs []api.Event) []int64 {
+		out := []int64{}
+		for _, e := range evs {
+			out = append(out, e.Seq)
+		}
+		return out
+	}
+	view(t, s, func(tx Tx) error {
+		acme, err := tx.ListEvents(EventFilter{Tenant: "acme"})
+		if err != nil {
+			return err
+		}
+		same(t, "acme's events", seqs(acme), bySeq["acme"])
+		for i, e := range acme {
+			if e.Tenant != "acme" || e.Message != fmt.Sprint([]int{0, 3, 5, 7}[i]) || !e.Time.Equal(t0.Add(time.Duration([]int{0, 3, 5, 7}[i])*time.Second)) {
+				t.Errorf("acme's event %d = %s", i, mustJSON(t, e))
+			}
+		}
+		page, err := tx.ListEvents(EventFilter{Tenant: "acme", AfterSeq: bySeq["acme"][0], Limit: 2})
+		if err != nil {
+			return err
+		}
+		same(t, "acme after its first, 2", seqs(page), bySeq["acme"][1:3])
+		rest, err := tx.ListEvents(EventFilter{Tenant: "acme", AfterSeq: bySeq["acme"][2], Limit: 10})
+		if err != nil {
+			return err
+		}
+		same(t, "acme's last", seqs(rest), bySeq["acme"][3:])
+		none, err := tx.ListEvents(EventFilter{Tenant: "nobody"})
+		if err != nil {
+			return err
+		}
+		if none == nil || len(none) != 0 {
+			t.Errorf("ListEvents(nobody) = %#v, want an empty list", none)
+		}
+		every, err := tx.ListEvents(EventFilter{})
+		if err != nil {
+			return err
+		}
+		same(t, "every event", seqs(every), all)
+		since, err := tx.EventsSince(all[2], 3)
+		if err != nil {
+			return err
+		}
+		same(t, "EventsSince = ListEvents without a tenant", seqs(since), all[3:6])
+		for _, bad := range []struct {
+			f     EventFilter
+			field string
+		}{{EventFilter{AfterSeq: -1}, "AfterSeq"}, {EventFilter{Limit: -1}, "Limit"}} {
+			if _, err := tx.ListEvents(bad.f); err == nil || !strings.Contains(err.Error(), bad.field) {
+				t.Errorf("ListEvents(%+v) = %v, want an error naming %s", bad.f, err, bad.field)
+			}
+		}
+		return nil
+	})
+	// The next event of acme comes after all of them.
+	update(t, s, func(tx Tx) error {
+		e := &api.Event{Time: t0, Kind: "k", Tenant: "acme", Message: "next"}
+		if err := tx.AppendEvent(e); err != nil {
+			return err
+		}
+		if e.Seq <= all[len(all)-1] {
+			t.Errorf("seq %d after a rolled-back event, want > %d", e.Seq, all[len(all)-1])
+		}
+		return nil
+	})
+	view(t, s, func(tx Tx) error {
+		acme, err := tx.ListEvents(EventFilter{Tenant: "acme", AfterSeq: bySeq["acme"][3]})
+		if err != nil {
+			return err
+		}
+		if len(acme) != 1 || acme[0].Message != "next" {
+			t.Errorf("acme after its fourth = %s, want the one next event", mustJSON(t, acme))
+		}
+		return nil
+	})
+	// Pruned events leave the tenant's list too; a rolled-back prune
+	// leaves it whole.
+	err = s.Update(context.Background(), func(tx Tx) error {
+		if _, err := tx.PruneEvents(t0.Add(4*time.Second), 0, 0); err != nil {
+			return err
+		}
+		return errors.New("boom")
+	})
+	if err == nil || err.Error() != "boom" {
+		t.Fatalf("failing prune: %v", err)
+	}
+	update(t, s, func(tx Tx) error {
+		_, err := tx.PruneEvents(t0.Add(4*time.Second), 0, 0) // acme's 0 and 3 go, and "next" (at t0)
+		return err
+	})
+	view(t, s, func(tx Tx) error {
+		acme, err := tx.ListEvents(EventFilter{Tenant: "acme"})
+		if err != nil {
+			return err
+		}
+		same(t, "acme's events after a prune", seqs(acme), bySeq["acme"][2:])
+		beta, err := tx.ListEvents(EventFilter{Tenant: "beta"})
+		if err != nil {
+			return err
+		}
+		same(t, "beta's events after a prune", seqs(beta), bySeq["beta"][1:])
 		return nil
 	})
 }
