@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -235,30 +236,12 @@ func TestKillNineOfRunReleasesItsClaim(t *testing.T) {
 	addr := freePort(t)
 	child, logs := startServeWith(t, dir, addr, nil, "--lease-grace", "1s")
 	t.Cleanup(func() { _ = child.Process.Signal(syscall.SIGTERM); _ = child.Wait() })
-	tokB, _ := os.ReadFile(filepath.Join(dir, "admin.token"))
-	admin := strings.TrimSpace(string(tokB))
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	script := filepath.Join(t.TempDir(), "cmd.sh")
-	if err := os.WriteFile(script, []byte("echo $$ > "+pidFile+"\nexec sleep 1000\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	run, runLogs := gsStart(t, "run", "--server", "http://"+addr, "--token", admin, "--node", "crashnode", "--memory", "2GiB", "--lease", "2s", "--", "sh", script)
-	var pid int
-	eventually(t, 20*time.Second, "run started CMD\n"+runLogs.String()+logs.String(), func() bool {
-		b, err := os.ReadFile(pidFile)
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && pid > 0
-	})
-	var claims []api.Claim
-	if _, err := apiCall(addr, admin, "GET", "/v1/claims?state=allocated&state=running", nil, &claims); err != nil || len(claims) != 1 {
-		t.Fatalf("live claims: %v %v", claims, err)
-	}
-	id := claims[0].ID
+	admin, run, runLogs, pid, id := runSleeper(t, dir, addr, "2s")
 	// Alive past two leases: run renews it.
 	time.Sleep(5 * time.Second)
 	var c api.Claim
 	if _, err := apiCall(addr, admin, "GET", "/v1/claims/"+id, nil, &c); err != nil || c.State.Final() {
-		t.Fatalf("claim of a live run after two leases: %s (%s) %v", c.State, c.Reason, err)
+		t.Fatalf("claim of a live run after two leases: %s (%s) %v\n%s\n%s", c.State, c.Reason, err, runLogs.String(), logs.String())
 	}
 	_ = run.Process.Signal(syscall.SIGKILL)
 	_ = run.Wait()
@@ -281,25 +264,8 @@ func TestRunStopsWhenItsClaimIsReleased(t *testing.T) {
 	addr := freePort(t)
 	child, _ := startServeWith(t, dir, addr, nil)
 	t.Cleanup(func() { _ = child.Process.Signal(syscall.SIGTERM); _ = child.Wait() })
-	tokB, _ := os.ReadFile(filepath.Join(dir, "admin.token"))
-	admin := strings.TrimSpace(string(tokB))
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	script := filepath.Join(t.TempDir(), "cmd.sh")
-	if err := os.WriteFile(script, []byte("echo $$ > "+pidFile+"\nexec sleep 1000\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	run, runLogs := gsStart(t, "run", "--server", "http://"+addr, "--token", admin, "--node", "crashnode", "--memory", "2GiB", "--lease", "1s", "--", "sh", script)
-	var pid int
-	eventually(t, 20*time.Second, "run started CMD\n"+runLogs.String(), func() bool {
-		b, err := os.ReadFile(pidFile)
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && pid > 0
-	})
-	var claims []api.Claim
-	if _, err := apiCall(addr, admin, "GET", "/v1/claims?state=allocated&state=running", nil, &claims); err != nil || len(claims) != 1 {
-		t.Fatalf("live claims: %v %v", claims, err)
-	}
-	if code, err := apiCall(addr, admin, "DELETE", "/v1/claims/"+claims[0].ID, nil, nil); err != nil || code != 200 {
+	admin, run, runLogs, pid, id := runSleeper(t, dir, addr, "1s")
+	if code, err := apiCall(addr, admin, "DELETE", "/v1/claims/"+id, nil, nil); err != nil || code != 200 {
 		t.Fatalf("release: %d %v", code, err)
 	}
 	done := make(chan error, 1)
@@ -315,4 +281,30 @@ func TestRunStopsWhenItsClaimIsReleased(t *testing.T) {
 	if alive(pid) {
 		t.Fatalf("CMD %d still runs after its claim was released", pid)
 	}
+}
+
+// runSleeper starts `gpuslice run --lease LEASE -- sh SCRIPT` against the
+// serve of dir at addr, the script writing its pid and sleeping, and
+// waits until it runs: the admin token, run, its output, CMD's pid and
+// the claim's id.
+func runSleeper(t *testing.T, dir, addr, lease string) (admin string, run *exec.Cmd, runLogs *syncBuffer, pid int, id string) {
+	t.Helper()
+	tokB, _ := os.ReadFile(filepath.Join(dir, "admin.token"))
+	admin = strings.TrimSpace(string(tokB))
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	script := filepath.Join(t.TempDir(), "cmd.sh")
+	if err := os.WriteFile(script, []byte("echo $$ > "+pidFile+"\nexec sleep 1000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run, runLogs = gsStart(t, "run", "--server", "http://"+addr, "--token", admin, "--node", "crashnode", "--memory", "2GiB", "--lease", lease, "--", "sh", script)
+	eventually(t, 20*time.Second, "run started CMD\n"+runLogs.String(), func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	var claims []api.Claim
+	if _, err := apiCall(addr, admin, "GET", "/v1/claims?state=allocated&state=running", nil, &claims); err != nil || len(claims) != 1 {
+		t.Fatalf("live claims: %v %v", claims, err)
+	}
+	return admin, run, runLogs, pid, claims[0].ID
 }

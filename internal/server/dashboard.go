@@ -153,23 +153,6 @@ func modelsByGPU(nodes []api.Node) map[string]string {
 	return m
 }
 
-// sampleLoop records a sample for the dashboard's charts every
-// SampleInterval until ctx ends.
-func (srv *Server) sampleLoop(ctx context.Context) {
-	tick := time.NewTicker(srv.cfg.SampleInterval)
-	defer tick.Stop()
-	for {
-		if err := srv.Sample(ctx); err != nil && ctx.Err() == nil {
-			srv.log.Warn("dashboard sample", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
 // Sample reads the fleet once and records a sample in the dashboard's
 // ring (Run calls it every SampleInterval).
 func (srv *Server) Sample(ctx context.Context) error {

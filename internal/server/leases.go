@@ -145,23 +145,6 @@ func (srv *Server) renewClaim(w http.ResponseWriter, r *http.Request, p principa
 	writeJSON(w, http.StatusOK, out)
 }
 
-// leaseLoop releases expired leases every second (a scan of the table in
-// memory; a transaction only when one is over).
-func (srv *Server) leaseLoop(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if err := srv.expireLeases(ctx); err != nil && ctx.Err() == nil {
-				srv.log.Error("releasing claims whose leases expired", "err", err)
-			}
-		}
-	}
-}
-
 // expireLeases releases, in one transaction, every live claim whose lease
 // is over (checked again inside it, so a renewal just before wins).
 func (srv *Server) expireLeases(ctx context.Context) error {

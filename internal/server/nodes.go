@@ -562,24 +562,6 @@ func (srv *Server) deleteNode(w http.ResponseWriter, r *http.Request, p principa
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// sweepLoop marks nodes lost when they stop heartbeating; rebuild then
-// re-queues their claims (they are never placed twice: the lost node's
-// devices leave the allocator's fleet first).
-func (srv *Server) sweepLoop(ctx context.Context) {
-	tick := time.NewTicker(max(srv.cfg.SweepInterval, time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if err := srv.sweep(ctx); err != nil && ctx.Err() == nil {
-				srv.log.Error("sweeping lost nodes", "err", err)
-			}
-		}
-	}
-}
-
 func (srv *Server) sweep(ctx context.Context) error {
 	now := srv.cfg.Clock()
 	lost := 0

@@ -77,19 +77,3 @@ func (srv *Server) Prune(ctx context.Context) (Pruned, error) {
 	}
 	return total, ctx.Err()
 }
-
-// pruneLoop prunes every PruneInterval until ctx ends.
-func (srv *Server) pruneLoop(ctx context.Context) {
-	tick := time.NewTicker(srv.cfg.PruneInterval)
-	defer tick.Stop()
-	for {
-		if _, err := srv.Prune(ctx); err != nil && ctx.Err() == nil {
-			srv.log.Error("pruning history", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}

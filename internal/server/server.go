@@ -292,10 +292,38 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // dashboard samples, pruning) until ctx ends.
 func (srv *Server) Run(ctx context.Context) {
 	go srv.retryLoop(ctx)
-	go srv.sweepLoop(ctx)
-	go srv.leaseLoop(ctx)
-	go srv.sampleLoop(ctx)
-	go srv.pruneLoop(ctx)
+	// Lost nodes: no heartbeat for NodeTimeout → lost; rebuild then
+	// re-queues their claims (never placed twice: the lost node's devices
+	// leave the allocator's fleet first).
+	go srv.every(ctx, max(srv.cfg.SweepInterval, time.Millisecond), false, "sweeping lost nodes", srv.sweep)
+	// Leases: a scan of the table in memory; a transaction only when one
+	// is over (leases.go).
+	go srv.every(ctx, time.Second, false, "releasing claims whose leases expired", srv.expireLeases)
+	go srv.every(ctx, srv.cfg.SampleInterval, true, "dashboard sample", srv.Sample)
+	go srv.every(ctx, srv.cfg.PruneInterval, true, "pruning history", func(ctx context.Context) error {
+		_, err := srv.Prune(ctx)
+		return err
+	})
+}
+
+// every runs step every interval until ctx ends (the first time at once
+// when immediate), logging what failed.
+func (srv *Server) every(ctx context.Context, interval time.Duration, immediate bool, what string, step func(context.Context) error) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		if immediate {
+			if err := step(ctx); err != nil && ctx.Err() == nil {
+				srv.log.Error(what, "err", err)
+			}
+		}
+		immediate = true
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // Routes lists the API's "METHOD /path" patterns, as Handler registers
