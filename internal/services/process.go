@@ -204,26 +204,32 @@ func (p *proc) killGroup() { _ = syscall.Kill(-p.pid, syscall.SIGKILL) }
 // procStat reads a process's group and kernel start time from
 // /proc/PID/stat.
 func procStat(pid int) (pgrp int, start uint64, err error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	path := filepath.Join("/proc", strconv.Itoa(pid), "stat")
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, 0, err
 	}
+	return parseStat(path, string(b))
+}
+
+// parseStat reads the process group and start time from the text of a
+// /proc/PID/stat file (path names it in errors).
+func parseStat(path, s string) (pgrp int, start uint64, err error) {
 	// The command name (field 2) may hold spaces and parentheses: the
 	// fields after it start at the last ')'.
-	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+		return 0, 0, fmt.Errorf("%s: no ')' ending the command name", path)
 	}
 	f := strings.Fields(s[i+1:])
 	// f[0] is field 3 (state): pgrp is field 5, starttime field 22.
 	if len(f) < 20 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+		return 0, 0, fmt.Errorf("%s: %d fields, want at least 22", path, len(f)+2)
 	}
 	pg, err1 := strconv.Atoi(f[2])
 	st, err2 := strconv.ParseUint(f[19], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+		return 0, 0, fmt.Errorf("%s: field 5 (pgrp) %q or 22 (starttime) %q is not a number", path, f[2], f[19])
 	}
 	return pg, st, nil
 }
