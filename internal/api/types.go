@@ -125,6 +125,9 @@ type Claim struct {
 	QueuePosition int `json:"queuePosition,omitempty"`
 	// Used is what the claim's processes used, as its agents report it.
 	Used *Consumption `json:"used,omitempty"`
+	// Allocated is when the claim first got devices: billing counts its
+	// life from then (a claim that waited in the queue used nothing).
+	Allocated *time.Time `json:"allocated,omitempty"`
 	// LeaseExpires is when a leased live claim is released unless renewed
 	// (answers only; the server's grace comes on top).
 	LeaseExpires *time.Time `json:"leaseExpires,omitempty"`

@@ -389,6 +389,39 @@ func TestRepeatedSamplesBillOnce(t *testing.T) {
 	}
 }
 
+// A claim that waited in the queue used nothing meanwhile: an agent that
+// bills it the hour it waited the moment it is placed gets the seconds
+// since it was placed, not the hour.
+func TestQueuedTimeBillsNothing(t *testing.T) {
+	h := newHarnessRun(t, nil, false)
+	acme := h.tenant("acme", 0)
+	vm, _ := h.node("vm", "l4x4")
+	var hogs []api.Claim
+	for range 4 {
+		var c api.Claim
+		h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
+		hogs = append(hogs, c)
+	}
+	var c api.Claim
+	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
+	if c.State != api.Pending {
+		t.Fatalf("fifth whole-GPU claim on four GPUs: %s", c.State)
+	}
+	h.pass(time.Hour, vm)
+	h.must(acme, "DELETE", "/v1/claims/"+hogs[0].ID, nil, 200, nil)
+	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	if c.State != api.Allocated || c.Allocated == nil || !c.Allocated.Equal(h.clock()) {
+		t.Fatalf("after a GPU came free: %s, allocated at %v (now %v)", c.State, c.Allocated, h.clock())
+	}
+	h.advance(2 * time.Second)
+	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{Usage: []server.UsageSample{
+		{Claim: c.ID, GPUSeconds: 3600, SMSeconds: 3600}}}, 200, nil)
+	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	if c.Used == nil || c.Used.GPUSeconds > 2 || c.Used.SMSeconds > 2 {
+		t.Fatalf("a claim placed 2 s ago after an hour in the queue billed %+v", c.Used)
+	}
+}
+
 // A hostile agent, whatever it sends and whenever (random claims, random
 // heartbeat timings, samples duplicated, huge or split across heartbeats,
 // claims released midway, samples for claims of other nodes), never bills
@@ -487,7 +520,12 @@ func TestHostileAgentNeverOverbills(t *testing.T) {
 			if c.State.Final() {
 				end = c.Updated
 			}
-			life := end.Sub(c.Created).Seconds()
+			// Its life is the time it held devices: from its first
+			// allocation, which is never before its creation.
+			if c.Allocated == nil || c.Allocated.Before(c.Created) || c.Allocated.After(now) {
+				t.Fatalf("step %d: claim %s created %v was allocated at %v", step, c.ID, c.Created, c.Allocated)
+			}
+			life := end.Sub(*c.Allocated).Seconds()
 			devices, mem := 0.0, 0.0
 			for _, d := range c.Allocation.Devices {
 				devices++

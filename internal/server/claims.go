@@ -107,6 +107,8 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 	}
 	if aerr == nil {
 		c.State, c.Allocation = api.Allocated, a
+		at := start
+		c.Allocated = &at
 	} else {
 		c.Reason = aerr.Error()
 	}

@@ -305,14 +305,20 @@ func usageBound(c api.Claim, node string, memOf func(node, gpu string) int64, el
 	return b
 }
 
-// claimLife is how long a claim has been, or was, alive: from its
-// creation to now, or to its end (Updated) once final.
+// claimLife is how long a claim has held, or held, devices: from its
+// first allocation (its creation for claims stored before Allocated was
+// kept) to now, or to its end (Updated) once final. Time waiting in the
+// queue first bills nothing.
 func claimLife(c api.Claim, now time.Time) time.Duration {
 	end := now
 	if c.State.Final() && c.Updated.Before(end) {
 		end = c.Updated
 	}
-	return max(0, end.Sub(c.Created))
+	start := c.Created
+	if c.Allocated != nil {
+		start = *c.Allocated
+	}
+	return max(0, end.Sub(start))
 }
 
 // clampUsage bills sample u to a claim already billed prior, within lim:

@@ -539,6 +539,10 @@ func (srv *Server) retryLocked(tx state.Tx) error {
 		}
 		done := *c
 		done.State, done.Allocation, done.Reason = api.Allocated, a, ""
+		if done.Allocated == nil {
+			at := now
+			done.Allocated = &at
+		}
 		// The tenant as this transaction sees it: a quota changed earlier
 		// in the same batch is not in the cache yet (the cache follows
 		// commits).
