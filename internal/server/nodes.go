@@ -281,7 +281,7 @@ type usageLimit struct {
 //   - in one heartbeat, each of its devices on node busy for elapsed (the
 //     time since the node's last heartbeat) plus 5 s of clock slack, and
 //   - over its life, each of its devices (on every node) busy from its
-//     creation to now, or to its end once final — so neither samples
+//     first allocation to now, or to its end once final — so neither samples
 //     repeated in one heartbeat nor many rapid heartbeats (each with its
 //     slack) can bill more than the devices could have run.
 //
