@@ -109,6 +109,22 @@ func TestTenantTokenRunsOnlyWhatTheAdminAllows(t *testing.T) {
 	if svc.Disabled != "" || svc.PutBy != api.RoleAdmin {
 		t.Fatalf("admin's service: putBy %q disabled %q", svc.PutBy, svc.Disabled)
 	}
+	// Lowering the tenant's maximum priority below what an admin's
+	// service asks for stops it too (its replicas' claims would all be
+	// refused); raising it back starts it.
+	h.must(h.admin, "PUT", "/v1/tenants/acme", api.Tenant{MaxPriority: 5}, 200, nil)
+	adminSvc.Claim.Priority = 5
+	h.must(h.admin, "PUT", "/v1/services/batch", adminSvc, 200, nil)
+	h.must(h.admin, "PUT", "/v1/tenants/acme", api.Tenant{}, 200, nil)
+	h.must(h.admin, "GET", "/v1/services/batch", nil, 200, &svc)
+	if !strings.Contains(svc.Disabled, "maximum of 0") {
+		t.Fatalf("service above its tenant's lowered maximum priority: disabled %q", svc.Disabled)
+	}
+	h.must(h.admin, "PUT", "/v1/tenants/acme", api.Tenant{MaxPriority: 5}, 200, nil)
+	h.must(h.admin, "GET", "/v1/services/batch", nil, 200, &svc)
+	if svc.Disabled != "" {
+		t.Fatalf("service within its tenant's raised maximum: disabled %q", svc.Disabled)
+	}
 	// A tenant cannot mark its claims as a service's replicas (the
 	// restarted controller releases those) nor set a replica's lease.
 	probe := gpuReq(1024, alloc.TimeSlice)

@@ -172,9 +172,13 @@ func tenantMayRun(t api.Tenant, spec api.ServiceSpec) error {
 }
 
 // disabledWhy is why a stored service runs no replica under its tenant
-// as it is now ("" when it may run): a tenant's spec whose command or
-// variables the admin no longer allows.
+// as it is now ("" when it may run): its replicas' priority is above the
+// tenant's maximum (every replica's claim would be refused), or a
+// tenant's spec whose command or variables the admin no longer allows.
 func disabledWhy(t api.Tenant, s api.Service) string {
+	if err := priorityAllowed(t, s.Spec.Claim.Priority, "claim.priority"); err != nil {
+		return "not allowed to its tenant any more: " + err.Error()
+	}
 	if s.PutBy != api.RoleTenant {
 		return ""
 	}
