@@ -575,9 +575,17 @@ func (c *Controller) runReplica(outer context.Context, r *replica, svc string, s
 	}
 	recs := records{dir: c.cfg.RecordDir}
 	if err := recs.put(rec); err != nil {
-		c.cfg.Log.Warn("replica record", "replica", r.id, "err", err)
+		// Unrecorded, a crash could leave its children behind: it never
+		// runs (the gate closes unread when it is stopped).
+		_ = p.stop(c.cfg.StopGrace)
+		return fmt.Errorf("recording replica %s: %w", r.id, err)
 	}
 	defer recs.remove(r.id)
+	if err := p.release(); err != nil {
+		_ = p.stop(c.cfg.StopGrace)
+		recs.remove(r.id)
+		return fmt.Errorf("starting %s: %w", spec.Command[0], err)
+	}
 	stopCmd := func() { _ = p.stop(c.cfg.StopGrace) }
 	_ = cl.Do(ctx, http.MethodPost, "/v1/claims/"+claim.ID+"/running", nil, nil)
 	if proxy != nil {

@@ -139,6 +139,8 @@ type proc struct {
 	start uint64 // kernel start time (clock ticks since boot)
 	// exited receives Wait's result once.
 	exited <-chan error
+	// gate holds the process until release (startProc).
+	gate *os.File
 }
 
 // StartTied starts cmd with SIGKILL as its parent-death signal (kept with
@@ -165,26 +167,81 @@ func StartTied(cmd *exec.Cmd) (<-chan error, error) {
 	return exited, <-started
 }
 
+// gate is what a replica's process runs first: it waits on fd 3 until the
+// controller has recorded it (proc.release), then becomes the command
+// (exec keeps its pid, group and start time). Were the controller to die
+// before the record is written, the pipe closes unread and the process
+// exits without running the command: a crash at any moment leaves no
+// process the next start cannot find.
+const gate = `IFS= read -r go <&3 && [ "$go" = go ] || exit 111; exec 3<&-; exec "$@"`
+
 // startProc starts a replica in its own process group, tied to this
-// process (StartTied).
+// process (StartTied), held at the gate until release.
 func startProc(ps procSpec) (*proc, error) {
-	cmd := exec.Command(ps.argv[0], ps.argv[1:]...)
-	cmd.Env, cmd.Dir = ps.env, ps.dir
-	cmd.Stdout, cmd.Stderr = ps.out, ps.out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: ps.cred}
-	exited, err := StartTied(cmd)
+	if err := lookPath(ps.argv[0], ps.env, ps.dir); err != nil {
+		return nil, err
+	}
+	gr, gw, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{pid: cmd.Process.Pid, exited: exited}
+	defer gr.Close()
+	cmd := exec.Command("/bin/sh", append([]string{"-c", gate, "gpuslice-replica"}, ps.argv...)...)
+	cmd.Env, cmd.Dir = ps.env, ps.dir
+	cmd.Stdout, cmd.Stderr = ps.out, ps.out
+	cmd.ExtraFiles = []*os.File{gr}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: ps.cred}
+	exited, err := StartTied(cmd)
+	if err != nil {
+		gw.Close()
+		return nil, err
+	}
+	p := &proc{pid: cmd.Process.Pid, exited: exited, gate: gw}
 	p.start, _ = procStartTime(p.pid)
 	return p, nil
+}
+
+// release lets the process past the gate, to run its command.
+func (p *proc) release() error {
+	_, err := p.gate.Write([]byte("go\n"))
+	if cerr := p.gate.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// lookPath says whether name can run as the replica: a path, or a name
+// found in the replica's own PATH (not the controller's), so a command
+// that is not there fails with a clear error before anything starts.
+func lookPath(name string, env []string, dir string) error {
+	if strings.Contains(name, "/") {
+		if !filepath.IsAbs(name) {
+			name = filepath.Join(dir, name)
+		}
+		if fi, err := os.Stat(name); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("%s: not an executable file", name)
+		}
+		return nil
+	}
+	path := safePATH
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		if fi, err := os.Stat(filepath.Join(d, name)); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: not found in the replica's PATH (%s)", name, path)
 }
 
 // stop ends the replica's process group: SIGTERM, then SIGKILL after
 // grace; once the leader has exited, whatever else is left in its group
 // is killed too. It returns the leader's exit.
 func (p *proc) stop(grace time.Duration) error {
+	_ = p.gate.Close() // one held at the gate exits without running its command
 	_ = syscall.Kill(-p.pid, syscall.SIGTERM)
 	var err error
 	select {

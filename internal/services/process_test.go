@@ -1,9 +1,12 @@
 package services
 
 import (
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseStat(t *testing.T) {
@@ -83,4 +86,44 @@ func FuzzParseUIDRange(f *testing.F) {
 		}
 		release()
 	})
+}
+
+// A replica's process runs its command only once the controller has
+// recorded it and lets it past the gate; if the gate closes unread (the
+// controller died first), the command never runs.
+func TestReplicaWaitsAtTheGate(t *testing.T) {
+	dir := t.TempDir()
+	ps := procSpec{argv: []string{"sh", "-c", "touch ran"}, env: []string{"PATH=" + safePATH}, dir: dir, out: io.Discard}
+	p, err := startProc(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Fatal("the command ran before the gate opened")
+	}
+	_ = p.gate.Close() // as when the controller dies
+	if err := <-p.exited; err == nil {
+		t.Fatal("a replica whose gate closed unread exited 0")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Fatal("the command ran although the gate closed unread")
+	}
+	p, err = startProc(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-p.exited; err != nil {
+		t.Fatalf("released replica: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err != nil {
+		t.Fatal("the released command did not run")
+	}
+	if _, err := startProc(procSpec{argv: []string{"no-such-command-here"}, env: []string{"PATH=" + safePATH}, dir: dir, out: io.Discard}); err == nil ||
+		!strings.Contains(err.Error(), "not found in the replica's PATH") {
+		t.Fatalf("a missing command: %v", err)
+	}
 }
