@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -627,7 +628,9 @@ func (tx *memTx) PruneEvents(before time.Time, keep, limit int) (int, error) {
 		old := m.events
 		tx.undo = append(tx.undo, func() { m.events = old })
 		m.events = old[n:]
-		tx.pruneTenantEvents()
+		if n > 0 {
+			tx.trimTenantEvents(old[n-1].seq)
+		}
 		return n, nil
 	}
 	keys := make([]pruneKey, len(m.events))
@@ -655,8 +658,27 @@ func (tx *memTx) PruneEvents(before time.Time, keep, limit int) (int, error) {
 	return n, nil
 }
 
+// trimTenantEvents drops from the tenant index every seq up to last (a
+// prune of a prefix): a binary search per tenant, undone with the
+// transaction.
+func (tx *memTx) trimTenantEvents(last int64) {
+	m := tx.m
+	old := maps.Clone(m.tenantEvents)
+	tx.undo = append(tx.undo, func() { m.tenantEvents = old })
+	for tenant, seqs := range m.tenantEvents {
+		i := sort.Search(len(seqs), func(i int) bool { return seqs[i] > last })
+		switch {
+		case i == len(seqs):
+			delete(m.tenantEvents, tenant)
+		case i > 0:
+			m.tenantEvents[tenant] = seqs[i:]
+		}
+	}
+}
+
 // pruneTenantEvents drops from the tenant index the seqs no longer in
-// m.events (after a prune), undone with the transaction.
+// m.events (after a prune that was not of a prefix), undone with the
+// transaction.
 func (tx *memTx) pruneTenantEvents() {
 	m := tx.m
 	old := m.tenantEvents
