@@ -1,10 +1,8 @@
 package state
 
 import (
-	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -270,21 +268,7 @@ func testPruneClaims(t *testing.T, s Store) {
 // its final claims' ends read from their JSON, so that age pruning works on
 // rows written before the columns existed; live claims get no end.
 func TestSQLiteMigratesRetentionFromV3(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmts := []string{`CREATE TABLE schema_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)`,
-		`INSERT INTO schema_version VALUES (1, 3)`}
-	for _, m := range migrations[:3] {
-		stmts = append(stmts, m...)
-	}
-	for _, q := range stmts {
-		if _, err := raw.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	path, raw := dbAtVersion(t, 3)
 	for i := range 4 { // events at t0, t0+1h, t0+2h, t0+3h
 		data, err := encodeEvent(api.Event{Time: t0.Add(time.Duration(i) * time.Hour), Kind: "k", Message: fmt.Sprint(i)})
 		if err != nil {

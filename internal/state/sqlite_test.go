@@ -142,21 +142,7 @@ func TestSQLiteMigratesUsageFromV1(t *testing.T) {
 // A version-3 database (before events by tenant) keeps its events through
 // the migration, each found under its tenant, and new events join them.
 func TestSQLiteMigratesEventsFromV3(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stmts := []string{`CREATE TABLE schema_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)`,
-		`INSERT INTO schema_version VALUES (1, 3)`}
-	for _, m := range migrations[:3] {
-		stmts = append(stmts, m...)
-	}
-	for _, q := range stmts {
-		if _, err := raw.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	path, raw := dbAtVersion(t, 3)
 	for _, tenant := range []string{"acme", "", "beta", "acme"} {
 		data, err := encodeEvent(api.Event{Time: t0, Kind: "created", Tenant: tenant, Message: "old " + tenant})
 		if err != nil {
@@ -673,4 +659,26 @@ func TestSQLiteBatchAbort(t *testing.T) {
 	if err := s.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// dbAtVersion makes a database as gpuslice of schema version v left it
+// (its first v migrations), open raw, for a migration test to fill.
+func dbAtVersion(t *testing.T, v int) (string, *sql.DB) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state.db")
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := []string{`CREATE TABLE schema_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)`,
+		fmt.Sprintf(`INSERT INTO schema_version VALUES (1, %d)`, v)}
+	for _, m := range migrations[:v] {
+		stmts = append(stmts, m...)
+	}
+	for _, q := range stmts {
+		if _, err := raw.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return path, raw
 }
