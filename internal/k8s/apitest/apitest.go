@@ -73,6 +73,14 @@ type Server struct {
 	Client dynamic.Interface
 	// BinDir is the directory the binaries were started from.
 	BinDir string
+	// CAFile is the cluster CA (it signs the serving and client
+	// certificates); SAKeyFile the service-account signing key; Dir the
+	// directory holding them and the components' logs.
+	CAFile, SAKeyFile, Dir string
+	// Options are what it was started with, defaults filled in.
+	Options Options
+
+	pki *pki
 
 	mapper *restmapper.DeferredDiscoveryRESTMapper
 
@@ -114,36 +122,71 @@ func missingFiles(dir string) string {
 	return fmt.Sprintf("%s lacks %s", dir, strings.Join(missing, ", "))
 }
 
+// Options configure StartWith and Launch. The zero value is what Start
+// uses: loopback on a free port, RBAC, the DRA feature gates.
+type Options struct {
+	// BindAddress is the API server's --bind-address and
+	// --advertise-address (default 127.0.0.1); the serving certificate is
+	// valid for it. A real node reaches the API server here.
+	BindAddress string
+	// SecurePort is the API server's port (default: a free one).
+	SecurePort int
+	// ServiceCIDR is --service-cluster-ip-range (default 10.96.0.0/16);
+	// the "kubernetes" Service gets its first address.
+	ServiceCIDR string
+	// AuthorizationModes is --authorization-mode (default RBAC); a real
+	// kubelet needs Node,RBAC.
+	AuthorizationModes string
+	// AdmissionPlugins is --enable-admission-plugins (default: the
+	// API server's own defaults); a real node adds NodeRestriction.
+	AdmissionPlugins string
+	// ExtraFeatureGates are appended to FeatureGates.
+	ExtraFeatureGates string
+	// Args are further kube-apiserver flags, appended last.
+	Args []string
+}
+
+func (o Options) withDefaults() Options {
+	if o.BindAddress == "" {
+		o.BindAddress = "127.0.0.1"
+	}
+	if o.ServiceCIDR == "" {
+		o.ServiceCIDR = "10.96.0.0/16"
+	}
+	if o.AuthorizationModes == "" {
+		o.AuthorizationModes = "RBAC"
+	}
+	return o
+}
+
+// FeatureGates returns the API server's --feature-gates value.
+func (o Options) FeatureGates() string {
+	if o.ExtraFeatureGates == "" {
+		return FeatureGates
+	}
+	return FeatureGates + "," + o.ExtraFeatureGates
+}
+
 // Start launches etcd and kube-apiserver for the test, waits until the API
 // server is ready and the Karpenter CRDs are established, and stops both
 // when the test and its subtests end. If the binaries have not been built
 // it skips the test, or fails it when GPUSLICE_REQUIRE_APISERVER=1.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	required := os.Getenv(EnvRequire) == "1"
-	dir := BinDir()
-	why := missingFiles(dir)
-	if why == "" && !supported {
-		why = "the control plane runs only on Linux"
-	}
-	if why != "" {
-		msg := "kube-apiserver not built: run scripts/controlplane.sh (" + why + ")"
-		if required {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	return StartWith(t, Options{})
+}
 
-	ctx := t.Context()
-	tmp := t.TempDir()
-	s, procs, err := start(ctx, dir, tmp)
+// StartWith is Start with options.
+func StartWith(t testing.TB, opts Options) *Server {
+	t.Helper()
+	dir := BinDir()
+	SkipUnlessBuilt(t, dir)
+	s, stop, err := Launch(t.Context(), dir, t.TempDir(), opts)
 	// Stop whatever started, even on error; apiserver before etcd.
 	t.Cleanup(func() {
-		for i := len(procs) - 1; i >= 0; i-- {
-			procs[i].stop()
-			if t.Failed() {
-				t.Logf("%s log (tail):\n%s", procs[i].name, procs[i].tail(3000))
-			}
+		logs := stop()
+		if t.Failed() {
+			t.Log(logs)
 		}
 	})
 	if err != nil {
@@ -152,9 +195,58 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-func start(ctx context.Context, dir, tmp string) (*Server, []*process, error) {
+// SkipUnlessBuilt skips t (or fails it when GPUSLICE_REQUIRE_APISERVER=1)
+// when dir lacks the control plane's binaries.
+func SkipUnlessBuilt(t testing.TB, dir string) {
+	t.Helper()
+	why := missingFiles(dir)
+	if why == "" && !supported {
+		why = "the control plane runs only on Linux"
+	}
+	if why != "" {
+		msg := "kube-apiserver not built: run scripts/controlplane.sh (" + why + ")"
+		if os.Getenv(EnvRequire) == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}
+
+// Launch is StartWith without a test: it starts etcd and kube-apiserver
+// from dir with their files under tmp and returns a stop function that
+// stops them (API server first) and returns the end of their logs. Call
+// stop even when Launch fails: it stops whatever had started.
+func Launch(ctx context.Context, dir, tmp string, opts Options) (*Server, func() string, error) {
+	if why := missingFiles(dir); why != "" {
+		return nil, func() string { return "" }, fmt.Errorf("kube-apiserver not built: run scripts/controlplane.sh (%s)", why)
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, func() string { return "" }, err
+	}
+	s, procs, err := start(ctx, dir, tmp, opts.withDefaults())
+	var once sync.Once
+	var logs strings.Builder
+	stop := func() string {
+		once.Do(func() {
+			for i := len(procs) - 1; i >= 0; i-- {
+				procs[i].stop()
+				fmt.Fprintf(&logs, "%s log (tail):\n%s\n", procs[i].name, procs[i].tail(3000))
+			}
+		})
+		return logs.String()
+	}
+	return s, stop, err
+}
+
+func start(ctx context.Context, dir, tmp string, opts Options) (*Server, []*process, error) {
 	var procs []*process
-	p, err := writePKI(tmp)
+	var extraIPs []net.IP
+	if ip := net.ParseIP(opts.BindAddress); ip == nil {
+		return nil, procs, fmt.Errorf("Options.BindAddress: %q is not an IP address", opts.BindAddress)
+	} else if !ip.IsLoopback() {
+		extraIPs = append(extraIPs, ip)
+	}
+	p, err := writePKI(tmp, extraIPs...)
 	if err != nil {
 		return nil, procs, fmt.Errorf("generating certificates: %w", err)
 	}
@@ -200,31 +292,42 @@ func start(ctx context.Context, dir, tmp string) (*Server, []*process, error) {
 	var cfg *rest.Config
 	var dc *discovery.DiscoveryClient
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			return nil, procs, err
+		port := opts.SecurePort
+		if port == 0 {
+			ports, err := freePorts(1)
+			if err != nil {
+				return nil, procs, err
+			}
+			port = ports[0]
 		}
-		url := "https://127.0.0.1:" + strconv.Itoa(ports[0])
-		api, err := startProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver"), filepath.Join(tmp, "kube-apiserver.log"),
-			"--etcd-servers="+etcdURL,
-			"--bind-address=127.0.0.1",
-			"--advertise-address=127.0.0.1",
-			"--secure-port="+strconv.Itoa(ports[0]),
-			"--cert-dir="+filepath.Join(tmp, "apiserver-certs"),
-			"--tls-cert-file="+p.servingCert,
-			"--tls-private-key-file="+p.servingKey,
-			"--client-ca-file="+p.caFile,
-			"--authorization-mode=RBAC",
+		url := "https://" + net.JoinHostPort(opts.BindAddress, strconv.Itoa(port))
+		args := []string{
+			"--etcd-servers=" + etcdURL,
+			"--bind-address=" + opts.BindAddress,
+			"--advertise-address=" + opts.BindAddress,
+			"--secure-port=" + strconv.Itoa(port),
+			"--cert-dir=" + filepath.Join(tmp, "apiserver-certs"),
+			"--tls-cert-file=" + p.servingCert,
+			"--tls-private-key-file=" + p.servingKey,
+			"--client-ca-file=" + p.caFile,
+			"--kubelet-client-certificate=" + p.clientCert,
+			"--kubelet-client-key=" + p.clientKey,
+			"--authorization-mode=" + opts.AuthorizationModes,
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file="+p.saPub,
-			"--service-account-signing-key-file="+p.saKey,
-			"--service-cluster-ip-range=10.96.0.0/16",
+			"--service-account-key-file=" + p.saPub,
+			"--service-account-signing-key-file=" + p.saKey,
+			"--service-cluster-ip-range=" + opts.ServiceCIDR,
 			"--allow-privileged=true",
-			"--runtime-config="+RuntimeConfig,
-			"--feature-gates="+FeatureGates,
+			"--runtime-config=" + RuntimeConfig,
+			"--feature-gates=" + opts.FeatureGates(),
 			"--enable-priority-and-fairness=false",
 			"--profiling=false",
-		)
+		}
+		if opts.AdmissionPlugins != "" {
+			args = append(args, "--enable-admission-plugins="+opts.AdmissionPlugins)
+		}
+		args = append(args, opts.Args...)
+		api, err := startProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver"), filepath.Join(tmp, "kube-apiserver.log"), args...)
 		if err != nil {
 			return nil, procs, err
 		}
@@ -258,7 +361,7 @@ func start(ctx context.Context, dir, tmp string) (*Server, []*process, error) {
 		}
 		api.stop()
 		procs = procs[:len(procs)-1]
-		if attempt < 3 && strings.Contains(api.tail(4000), "address already in use") {
+		if attempt < 3 && opts.SecurePort == 0 && strings.Contains(api.tail(4000), "address already in use") {
 			continue
 		}
 		return nil, procs, fmt.Errorf("kube-apiserver did not become ready: %w\n%s", err, api.tail(3000))
@@ -273,6 +376,11 @@ func start(ctx context.Context, dir, tmp string) (*Server, []*process, error) {
 		Config:     cfg,
 		Client:     client,
 		BinDir:     dir,
+		CAFile:     p.caFile,
+		SAKeyFile:  p.saKey,
+		Dir:        tmp,
+		Options:    opts,
+		pki:        p,
 		mapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
 		namespaces: map[string]bool{},
 	}

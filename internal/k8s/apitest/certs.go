@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -24,15 +25,27 @@ type pki struct {
 	saKey, saPub                    string // service-account signing key pair
 
 	caPEM, clientCertPEM, clientKeyPEM []byte
+	clientCert, clientKey              string // the admin client pair, as files (the API server's kubelet client)
+
+	ca     *x509.Certificate
+	caKey  crypto.Signer
+	serial int64
+	mu     sync.Mutex
 }
 
-func writePKI(dir string) (*pki, error) {
+// writePKI writes the CA, the serving pair (valid for 127.0.0.1 and
+// localhost, and for servingIPs), the admin client pair and the
+// service-account keys into dir.
+func writePKI(dir string, servingIPs ...net.IP) (*pki, error) {
 	p := &pki{
 		caFile:      filepath.Join(dir, "ca.crt"),
 		servingCert: filepath.Join(dir, "apiserver.crt"),
 		servingKey:  filepath.Join(dir, "apiserver.key"),
 		saKey:       filepath.Join(dir, "sa.key"),
 		saPub:       filepath.Join(dir, "sa.pub"),
+		clientCert:  filepath.Join(dir, "admin.crt"),
+		clientKey:   filepath.Join(dir, "admin.key"),
+		serial:      100,
 	}
 	now := time.Now().Add(-time.Hour)
 	notAfter := now.Add(10 * 24 * time.Hour)
@@ -59,6 +72,7 @@ func writePKI(dir string) (*pki, error) {
 		return nil, err
 	}
 	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	p.ca, p.caKey = ca, caKey
 
 	leaf := func(serial int64, tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -79,7 +93,7 @@ func writePKI(dir string) (*pki, error) {
 	servingPEM, servingKeyPEM, err := leaf(2, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1)}, servingIPs...),
 		DNSNames:    []string{"localhost"},
 	})
 	if err != nil {
@@ -117,12 +131,55 @@ func writePKI(dir string) (*pki, error) {
 		{p.servingKey, servingKeyPEM},
 		{p.saKey, saKeyPEM},
 		{p.saPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER})},
+		{p.clientCert, p.clientCertPEM},
+		{p.clientKey, p.clientKeyPEM},
 	} {
 		if err := os.WriteFile(f.path, f.data, 0o600); err != nil {
 			return nil, err
 		}
 	}
 	return p, nil
+}
+
+// issue signs a new leaf certificate for tmpl with the CA and returns the
+// PEM pair. Serial numbers are unique per pki.
+func (p *pki) issue(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	p.mu.Lock()
+	p.serial++
+	tmpl.SerialNumber = big.NewInt(p.serial)
+	p.mu.Unlock()
+	tmpl.NotBefore, tmpl.NotAfter = p.ca.NotBefore, p.ca.NotAfter
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, key.Public(), p.caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err = encodeKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM, err
+}
+
+// ClientCert issues a client certificate the API server trusts, for the user
+// cn in the groups orgs (a kubelet is "system:node:NAME" in "system:nodes").
+func (s *Server) ClientCert(cn string, orgs ...string) (certPEM, keyPEM []byte, err error) {
+	return s.pki.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn, Organization: orgs},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+}
+
+// ServingCert issues a serving certificate for ips and names, signed by the
+// CA the API server's clients trust.
+func (s *Server) ServingCert(cn string, ips []net.IP, names []string) (certPEM, keyPEM []byte, err error) {
+	return s.pki.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: ips,
+		DNSNames:    names,
+	})
 }
 
 func encodeKey(key crypto.Signer) ([]byte, error) {

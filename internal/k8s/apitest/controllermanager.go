@@ -96,6 +96,12 @@ func StartControllerManager(t testing.TB, s *Server, opts ControllerManagerOptio
 	return cm
 }
 
+// LaunchControllerManager is StartControllerManager without a test: its
+// files go under tmp and the caller stops it.
+func LaunchControllerManager(ctx context.Context, s *Server, tmp string, opts ControllerManagerOptions) (*ControllerManager, error) {
+	return startControllerManager(ctx, s, filepath.Join(s.BinDir, "kube-controller-manager"), tmp, opts)
+}
+
 // Stop terminates the controller manager and waits for it; later calls do
 // nothing.
 func (cm *ControllerManager) Stop() { cm.once.Do(cm.proc.stop) }
@@ -119,7 +125,7 @@ func startControllerManager(ctx context.Context, s *Server, bin, tmp string, opt
 	}
 	gates := opts.FeatureGates
 	if gates == "" {
-		gates = FeatureGates
+		gates = s.Options.FeatureGates()
 	}
 	proc, logFile, err := startComponent(ctx, "kube-controller-manager", bin, tmp, "/healthz", 90*time.Second, func(port int) []string {
 		return append([]string{

@@ -101,6 +101,12 @@ func StartScheduler(t testing.TB, s *Server, opts SchedulerOptions) *Scheduler {
 	return sc
 }
 
+// LaunchScheduler is StartScheduler without a test: its files go under tmp
+// and the caller stops it.
+func LaunchScheduler(ctx context.Context, s *Server, tmp string, opts SchedulerOptions) (*Scheduler, error) {
+	return startScheduler(ctx, s, tmp, opts)
+}
+
 // Stop terminates the scheduler and waits for it to exit; later calls do
 // nothing. StartScheduler's cleanup calls it.
 func (sc *Scheduler) Stop() {
@@ -125,7 +131,7 @@ func startScheduler(ctx context.Context, s *Server, tmp string, opts SchedulerOp
 	}
 	gates := opts.FeatureGates
 	if gates == "" {
-		gates = FeatureGates
+		gates = s.Options.FeatureGates()
 	}
 	bin := opts.Binary
 	if bin == "" {
