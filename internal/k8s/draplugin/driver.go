@@ -382,14 +382,15 @@ func (d *Driver) watchHealth(ctx context.Context, events <-chan gpu.Event) {
 		if err != nil {
 			gpus = nil // a lost GPU may fail the listing: decide on the table
 		}
-		if len(gpus) == 0 {
-			d.mu.Lock() // SetTenants replaces the table
-			for _, info := range d.table {
+		d.hmu.Lock() // SetTenants replaces the table under d.mu and d.hmu
+		// A lost GPU leaves the listing (and the events of a GPU queued
+		// before it was lost come after): the GPUs the driver publishes
+		// are found in the table.
+		for _, info := range d.table {
+			if !slices.ContainsFunc(gpus, func(g gpu.GPU) bool { return g.UUID == info.GPU }) {
 				gpus = append(gpus, gpu.GPU{Index: info.GPUIndex, UUID: info.GPU})
 			}
-			d.mu.Unlock()
 		}
-		d.hmu.Lock()
 		next, changed, err := d.cfg.Health.Apply(d.health, ev, gpus)
 		if err != nil {
 			d.hmu.Unlock()
