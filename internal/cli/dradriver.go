@@ -62,6 +62,11 @@ kube-controller-manager) and schedules nothing there; the XIDs in --xid-noschedu
 NoSchedule (running pods stay); others are ignored. An XID NVML attributes to a MIG instance
 taints that instance's placement only. Taints live in the driver's memory: restarting the driver
 (after the GPU was reset) clears them, except on GPUs the device layer still lists unhealthy.
+The same faults reach the kubelet's DRAResourceHealth stream (feature gate ResourceHealthStatus,
+on by default from Kubernetes 1.36), which shows them in the pod's
+status.containerStatuses[].allocatedResourcesStatus: NoExecute devices Unhealthy, a lost GPU's
+Unknown, NoSchedule ones Healthy with the taint in the message; untainted ones Unknown when the
+device layer gives no health events. The list is sent again every 10s (timeout 30s).
 
 Tenant isolation with the stock kube-scheduler (--tenant-isolation, on by default): each GPU's
 shared device is published once per tenant, tainted gpuslice.dev/tenant=<tenant>:NoSchedule,

@@ -314,3 +314,82 @@ func (h Health) faultOf(d resourceapi.Device) (Fault, bool) {
 	}
 	return best, found
 }
+
+// DeviceStatus is a device's health as the kubelet shows it in a pod's
+// allocatedResourcesStatus (KEP-4680).
+type DeviceStatus string
+
+// The kubelet's three health states.
+const (
+	StatusHealthy   DeviceStatus = "Healthy"
+	StatusUnhealthy DeviceStatus = "Unhealthy"
+	StatusUnknown   DeviceStatus = "Unknown"
+)
+
+// DeviceHealth is the health of one published device, for the kubelet.
+type DeviceHealth struct {
+	Pool, Device string
+	Status       DeviceStatus
+	// Message says why (the fault and its taint); "" when healthy.
+	Message string
+}
+
+// StatusOf is the kubelet's view of a device's fault, the one rule, read
+// off the fault its taint is made of (so status and taint cannot
+// disagree):
+//   - a lost GPU (ValueLost) is Unknown: the device layer cannot reach
+//     it, so its health cannot be determined (it is tainted NoExecute all
+//     the same);
+//   - any other NoExecute fault (a fatal XID, a GPU listed unhealthy at
+//     start) is Unhealthy: its pods are being evicted;
+//   - a NoSchedule fault (the --xid-noschedule XIDs: the memory is
+//     degrading) is Healthy, with a message: the GPU still runs the pods
+//     it has, which the driver deliberately leaves running, and the
+//     kubelet's Unhealthy would tell their owners otherwise;
+//   - no fault: Healthy when the driver receives health events
+//     (watching), Unknown when it does not: it could not know.
+func StatusOf(f Fault, faulted, watching bool) (DeviceStatus, string) {
+	if !faulted {
+		if !watching {
+			return StatusUnknown, "gpuslice receives no health events from the device layer: health cannot be determined"
+		}
+		return StatusHealthy, ""
+	}
+	taint := fmt.Sprintf("tainted %s=%s:%s", TaintKey, f.Value, f.Effect)
+	var what string
+	switch f.Value {
+	case ValueLost:
+		return StatusUnknown, fmt.Sprintf("GPU %s is lost (fell off the bus or unreachable) since %s; %s", f.GPU, stamp(f.Time), taint)
+	case ValueUnhealthy:
+		what = fmt.Sprintf("GPU %s was listed unhealthy by the device layer at driver start", f.GPU)
+	default:
+		x, _ := strconv.Atoi(f.Value)
+		what = fmt.Sprintf("XID %s (%s) on GPU %s", f.Value, gpu.XIDName(x), f.GPU)
+		if f.Profile != "" {
+			what = fmt.Sprintf("XID %s (%s) on MIG %s@%d of GPU %s", f.Value, gpu.XIDName(x), f.Profile, f.Start, f.GPU)
+		}
+		what += " at " + stamp(f.Time)
+	}
+	if f.Effect == resourceapi.DeviceTaintEffectNoExecute {
+		return StatusUnhealthy, what + "; " + taint
+	}
+	return StatusHealthy, what + "; " + taint + " (running pods stay, no new ones come)"
+}
+
+func stamp(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
+
+// DeviceHealths is the health of every device of slices (TaintSlices'
+// input), in their order, each device judged by StatusOf on the worst
+// fault that applies to it: the fault TaintSlices taints it with.
+// watching says whether health events arrive.
+func DeviceHealths(in []resourceapi.ResourceSlice, h Health, watching bool) []DeviceHealth {
+	var out []DeviceHealth
+	for _, s := range in {
+		for _, d := range s.Spec.Devices {
+			f, ok := h.faultOf(d)
+			st, msg := StatusOf(f, ok, watching)
+			out = append(out, DeviceHealth{Pool: s.Spec.Pool.Name, Device: d.Name, Status: st, Message: msg})
+		}
+	}
+	return out
+}

@@ -195,6 +195,74 @@ func TestTaintSlices(t *testing.T) {
 	}
 }
 
+// The kubelet's view follows the taints device for device: NoExecute is
+// Unhealthy (a lost GPU Unknown), NoSchedule Healthy with the taint in
+// the message, untainted Healthy (Unknown when no health events arrive),
+// every device of the slices listed once with the slices' pool.
+func TestDeviceHealthsFollowTheTaints(t *testing.T) {
+	sl, err := Slices(node("n", "A100-40GB", 3), 1, "580.65.06", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h Health
+	h, _ = h.With(Fault{GPU: "GPU-n-0", Value: "79", Effect: resourceapi.DeviceTaintEffectNoExecute, Time: t0})
+	h, _ = h.With(Fault{GPU: "GPU-n-1", Profile: "3g.20gb", Start: 4, Value: "94", Effect: resourceapi.DeviceTaintEffectNoExecute, Time: t0})
+	h, _ = h.With(Fault{GPU: "GPU-n-1", Value: "92", Effect: resourceapi.DeviceTaintEffectNoSchedule, Time: t0})
+	h, _ = h.With(Fault{GPU: "GPU-n-2", Value: ValueLost, Effect: resourceapi.DeviceTaintEffectNoExecute, Time: t0})
+	tainted := map[string]resourceapi.DeviceTaint{}
+	n := 0
+	for _, s := range TaintSlices(sl, h) {
+		for _, d := range s.Spec.Devices {
+			n++
+			if len(d.Taints) == 1 {
+				tainted[d.Name] = d.Taints[0]
+			}
+		}
+	}
+	got := DeviceHealths(sl, h, true)
+	if len(got) != n {
+		t.Fatalf("%d healths for %d devices", len(got), n)
+	}
+	seen := map[string]bool{}
+	for _, dh := range got {
+		if dh.Pool != "n" || seen[dh.Device] {
+			t.Fatalf("%+v: want pool n, each device once", dh)
+		}
+		seen[dh.Device] = true
+		tt, ok := tainted[dh.Device]
+		want := StatusHealthy
+		switch {
+		case ok && tt.Value == ValueLost:
+			want = StatusUnknown
+		case ok && tt.Effect == resourceapi.DeviceTaintEffectNoExecute:
+			want = StatusUnhealthy
+		}
+		if dh.Status != want || ok != (dh.Message != "") || (ok && !strings.Contains(dh.Message, TaintKey+"="+tt.Value+":"+string(tt.Effect))) {
+			t.Errorf("%s (taint %+v): %s %q, want %s", dh.Device, tt, dh.Status, dh.Message, want)
+		}
+	}
+	for dev, msg := range map[string]string{
+		"gpu-0":                  "XID 79 (GPU has fallen off the bus) on GPU GPU-n-0 at 2026-11-26T23:00:00Z",
+		"gpu-1-mig-3g-20gb-at-4": "XID 94 (contained ECC error) on MIG 3g.20gb@4 of GPU GPU-n-1",
+		"gpu-1":                  "(running pods stay, no new ones come)",
+		"gpu-2":                  "GPU GPU-n-2 is lost",
+	} {
+		i := slices.IndexFunc(got, func(dh DeviceHealth) bool { return dh.Device == dev })
+		if i < 0 || !strings.Contains(got[i].Message, msg) {
+			t.Errorf("%s: %+v, want a message with %q", dev, got, msg)
+		}
+	}
+	// No health events: what is not known faulty is Unknown.
+	for _, dh := range DeviceHealths(sl, Health{}, false) {
+		if dh.Status != StatusUnknown || dh.Message == "" {
+			t.Fatalf("%+v without health events, want Unknown with a reason", dh)
+		}
+	}
+	if st, _ := StatusOf(Fault{Value: ValueUnhealthy, Effect: resourceapi.DeviceTaintEffectNoExecute}, true, false); st != StatusUnhealthy {
+		t.Fatalf("a GPU listed unhealthy at start: %s", st)
+	}
+}
+
 func TestParseXIDList(t *testing.T) {
 	for in, want := range map[string][]int{"": {}, "none": {}, "92": {92}, " 63, 64 ,92,92": {63, 64, 92}} {
 		got, err := ParseXIDList(in)

@@ -30,4 +30,11 @@
 // The standalone agent's memory watchdog (internal/agent/watchdog) runs
 // over the prepared claims (Watch), and Collector exports per-claim
 // gpuslice_slice_* metrics with namespace, pod and claim labels.
+//
+// Health: the device layer's events (XIDs, a lost GPU) become device
+// taints on the published slices (dradriver.HealthPolicy, TaintSlices)
+// and, from the same faults, the device health the kubelet's
+// DRAResourceHealth streams receive (WatchHealthStatus,
+// dradriver.DeviceHealths, KEP-4680): the full list at once, on every
+// change and every Config.HealthResend.
 package draplugin

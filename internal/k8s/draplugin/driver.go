@@ -109,6 +109,11 @@ type Config struct {
 	// dradriver.DefaultHealthPolicy). Start subscribes to
 	// Device.Events; a fatal XID taints NoExecute.
 	Health *dradriver.HealthPolicy
+	// HealthResend is how often the kubelet's health streams
+	// (WatchHealthStatus) get the devices' health again when nothing
+	// changed (default DefaultHealthResend); the kubelet holds each report
+	// for three of them.
+	HealthResend time.Duration
 }
 
 // Driver is gpuslice's DRA kubelet plugin: it publishes the node's
@@ -133,10 +138,14 @@ type Driver struct {
 	lastWatch time.Time
 	helper    *kubeletplugin.Helper
 
-	// hmu guards health and the slices last published with its taints.
+	// hmu guards health, the slices last published with its taints and
+	// watching (health events arrive).
 	hmu       sync.Mutex
 	health    dradriver.Health
 	published []resourceapi.ResourceSlice
+	watching  bool
+	// hub wakes the kubelet's health streams when health may have changed.
+	hub       healthHub
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 }
@@ -180,6 +189,9 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	if cfg.BindingWorkers <= 0 {
 		cfg.BindingWorkers = 2
+	}
+	if cfg.HealthResend <= 0 {
+		cfg.HealthResend = DefaultHealthResend
 	}
 	gpus, err := cfg.Device.GPUs(ctx)
 	if err != nil {
@@ -277,6 +289,7 @@ func (d *Driver) SetTenants(ctx context.Context, tenants []string) (bool, error)
 	d.hmu.Lock()
 	defer d.hmu.Unlock()
 	d.cfg.Isolation, d.slices, d.table = opts, sl, table
+	d.hub.notify() // the kubelet's health streams list the new devices
 	if d.helper != nil {
 		if err := d.publish(ctx); err != nil {
 			return true, fmt.Errorf("publishing ResourceSlices: %w", err)
@@ -311,6 +324,20 @@ func (d *Driver) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	// Subscribe to health events before the first publish, so no event
+	// falls between, and before the health service starts, so the
+	// kubelet's first report already knows whether events arrive.
+	wctx, cancel := context.WithCancel(ctx)
+	d.stopWatch = cancel
+	events, everr := d.cfg.Device.Events(wctx)
+	if everr != nil {
+		cancel()
+		d.cfg.Log.Warn("no health events from the device layer: devices are never tainted and the kubelet sees their health Unknown", "err", everr)
+	} else {
+		d.hmu.Lock()
+		d.watching = true
+		d.hmu.Unlock()
+	}
 	h, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(dradriver.DriverName),
 		kubeletplugin.NodeName(d.cfg.Node),
@@ -320,16 +347,12 @@ func (d *Driver) Start(ctx context.Context) error {
 		kubeletplugin.CDIDirectory(d.cfg.CDIDir),
 	)
 	if err != nil {
+		cancel()
 		return fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
 	d.helper = h
-	// Subscribe before the first publish, so no event falls between.
-	wctx, cancel := context.WithCancel(ctx)
-	if events, err := d.cfg.Device.Events(wctx); err != nil {
-		cancel()
-		d.cfg.Log.Warn("no health events from the device layer: devices are never tainted", "err", err)
-	} else {
-		d.stopWatch, d.watchDone = cancel, make(chan struct{})
+	if everr == nil {
+		d.watchDone = make(chan struct{})
 		go func() {
 			defer close(d.watchDone)
 			d.watchHealth(wctx, events)
@@ -352,6 +375,8 @@ func (d *Driver) Start(ctx context.Context) error {
 func (d *Driver) Stop() {
 	if d.stopWatch != nil {
 		d.stopWatch()
+	}
+	if d.watchDone != nil {
 		<-d.watchDone
 	}
 	if d.helper != nil {
@@ -375,21 +400,34 @@ func (d *Driver) publish(ctx context.Context) error {
 // GPUs as listed now) and republishes the slices when the taints change:
 // a fatal XID taints the GPU's devices NoExecute (the stock
 // kube-controller-manager then evicts the pods whose claims use them), a
-// recovered GPU loses its taints.
+// recovered GPU loses its taints. Each change wakes the kubelet's health
+// streams. Should the device layer end the events before ctx ends, the
+// health the kubelet sees turns Unknown where no fault is known.
 func (d *Driver) watchHealth(ctx context.Context, events <-chan gpu.Event) {
+	defer func() {
+		if ctx.Err() != nil {
+			return // stopping: the health service stops with the driver
+		}
+		d.hmu.Lock()
+		d.watching = false
+		d.hmu.Unlock()
+		d.hub.notify()
+		d.cfg.Log.Error("the device layer ended its health events: device taints no longer change and the kubelet sees untainted devices' health Unknown")
+	}()
 	for ev := range events {
 		gpus, err := d.cfg.Device.GPUs(ctx)
 		if err != nil {
 			gpus = nil // a lost GPU may fail the listing: decide on the table
 		}
-		if len(gpus) == 0 {
-			d.mu.Lock() // SetTenants replaces the table
-			for _, info := range d.table {
+		d.hmu.Lock() // SetTenants replaces the table under d.mu and d.hmu
+		// A lost GPU leaves the listing (and the events of a GPU queued
+		// before it was lost come after): the GPUs the driver publishes
+		// are found in the table.
+		for _, info := range d.table {
+			if !slices.ContainsFunc(gpus, func(g gpu.GPU) bool { return g.UUID == info.GPU }) {
 				gpus = append(gpus, gpu.GPU{Index: info.GPUIndex, UUID: info.GPU})
 			}
-			d.mu.Unlock()
 		}
-		d.hmu.Lock()
 		next, changed, err := d.cfg.Health.Apply(d.health, ev, gpus)
 		if err != nil {
 			d.hmu.Unlock()
@@ -404,6 +442,7 @@ func (d *Driver) watchHealth(ctx context.Context, events <-chan gpu.Event) {
 		d.health = next
 		err = d.publish(ctx)
 		d.hmu.Unlock()
+		d.hub.notify()
 		if err != nil {
 			d.cfg.Log.Error("republishing ResourceSlices after a health event", "err", err)
 			continue
@@ -417,13 +456,6 @@ func (d *Driver) watchHealth(ctx context.Context, events <-chan gpu.Event) {
 // fatal to the node's running claims.
 func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	d.cfg.Log.Error(msg, "err", err, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
-}
-
-// WatchHealthStatus: health goes through device taints on the published
-// slices instead (watchHealth), which the scheduler and the stock
-// device-taint-eviction controller act on.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
 }
 
 // PrepareResourceClaims prepares each claim (see Prepare).

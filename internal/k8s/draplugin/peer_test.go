@@ -38,6 +38,9 @@ type kubelet struct {
 	t      *testing.T
 	conn   *grpc.ClientConn
 	client drapb.DRAPluginClient
+	// endpoint and versions are what GetInfo answered.
+	endpoint string
+	versions []string
 }
 
 // registerKubelet waits for the driver's registration socket in regDir and
@@ -76,7 +79,7 @@ func registerKubelet(t *testing.T, ctx context.Context, regDir string) *kubelet 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &kubelet{t: t, conn: conn, client: drapb.NewDRAPluginClient(conn)}
+	return &kubelet{t: t, conn: conn, client: drapb.NewDRAPluginClient(conn), endpoint: info.Endpoint, versions: info.SupportedVersions}
 }
 
 // prepare asks the driver to prepare claims, as the kubelet does for a
