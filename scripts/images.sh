@@ -57,6 +57,9 @@ if [ -z "$version" ]; then
   version="$(sed -n 's/^appVersion:[[:space:]]*"\{0,1\}\([^"[:space:]]*\)"\{0,1\}[[:space:]]*$/\1/p' "$chart")"
   [ -n "$version" ] || die "no appVersion in $chart; pass --version"
 fi
+# A tag's grammar (distribution/reference), checked before minutes of building.
+[[ "$version" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] ||
+  die "version \"$version\" cannot be an image tag (letters, digits, _ . -; at most 128; not starting with . or -)"
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-0}"
 mkdir -p "$outdir" || die "cannot create $outdir"
 outdir="$(cd "$outdir" && pwd)"
