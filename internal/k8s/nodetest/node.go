@@ -260,7 +260,7 @@ func LaunchCluster(ctx context.Context, tmp string, opts Options) (*Cluster, fun
 		AuthorizationModes: "Node,RBAC",
 		AdmissionPlugins:   "NodeRestriction",
 		ExtraFeatureGates:  NodeFeatureGates,
-		Args:               []string{"--enable-aggregator-routing=true"},
+		Args:               []string{"--enable-aggregator-routing=true", "--kubelet-preferred-address-types=InternalIP,Hostname"},
 	})
 	stops = append(stops, apiStop)
 	if err != nil {
@@ -479,8 +479,8 @@ func startNode(ctx context.Context, api *apitest.Server, s *slot, root string, o
 		labels = append(labels, k+"="+v)
 	}
 	sort.Strings(labels)
-	env := fmt.Sprintf("BIN=%s\nNODE_NAME=%s\nNODE_IP=%s\nIMAGES='%s'\nNODE_LABELS='%s'\n",
-		BinDir(), n.Name, n.IP, strings.Join(opts.Images, " "), strings.Join(labels, ","))
+	env := fmt.Sprintf("BIN=%s\nNODE_NAME=%s\nNODE_IP=%s\nIMAGES='%s'\nNODE_LABELS='%s'\nCGROUP_ROOT=%s\n",
+		BinDir(), n.Name, n.IP, strings.Join(opts.Images, " "), strings.Join(labels, ","), s.cgroupRoot())
 	files["node.env"] = bytes.NewBufferString(env)
 	files["node.sh"] = bytes.NewBuffer(nodeScript)
 	for name, b := range files {

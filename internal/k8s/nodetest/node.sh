@@ -54,6 +54,11 @@ mknod -m 0666 /dev/nvidia-uvm c 511 0
 mknod -m 0666 /dev/nvidia-uvm-tools c 511 1
 mkdir -p /dev/nvidia-caps
 
+# The kubelet's cgroup root (its pods' subtree) in every hierarchy.
+for h in /sys/fs/cgroup/*/; do
+  [ -f "$h/cgroup.procs" ] && mkdir -p "$h${CGROUP_ROOT#/}"
+done
+
 # runc, the CNI plugins and the NVIDIA-less host tools are on PATH.
 export PATH="$BIN:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
