@@ -14,8 +14,6 @@ package realnode
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,9 +21,9 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/kube"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/nodetest"
@@ -55,6 +53,12 @@ func TestRealNode(t *testing.T) {
 	t.Logf("chart installed and every pod Ready in %s", time.Since(start).Round(time.Second))
 
 	t.Run("WholeGPU", e.testWholeGPU)
+	t.Run("TwoPodsShareOneClaim", e.testTwoPodsShareOneClaim)
+	t.Run("MemorySharesByCapacity", e.testMemoryShares)
+	t.Run("MIGThroughBindingConditions", e.testMIG)
+	t.Run("ExtendedResource", e.testExtendedResource)
+	t.Run("TwoTenants", e.testTwoTenants)
+	t.Run("GpusliceSchedulerWithQuota", e.testSchedulerQuota)
 }
 
 // install is `helm install gpuslice deploy/helm/gpuslice -n gpuslice-system
@@ -142,6 +146,13 @@ type workload struct {
 // and returns its log; the pod must succeed.
 func (e *env) run(t *testing.T, w workload) string {
 	t.Helper()
+	e.start(t, w)
+	return e.waitDone(t, w.ns, w.name, 3*time.Minute)
+}
+
+// start creates the workload's claims and pod.
+func (e *env) start(t *testing.T, w workload) {
+	t.Helper()
 	ctx := t.Context()
 	e.namespace(t, w.ns, nil)
 	for i := range w.claims {
@@ -171,7 +182,6 @@ func (e *env) run(t *testing.T, w workload) string {
 	if _, err := e.c.Clientset.CoreV1().Pods(w.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating pod %s: %v", w.name, err)
 	}
-	return e.waitDone(t, w.ns, w.name, 3*time.Minute)
 }
 
 // waitDone waits for a pod to succeed and returns its log.
@@ -254,7 +264,189 @@ func (e *env) testWholeGPU(t *testing.T) {
 			t.Errorf("the container has no /dev/%s; log:\n%s", strings.TrimPrefix(dev, "dev:"), log)
 		}
 	}
-	_ = appsv1.SchemeGroupVersion
-	_ = filepath.Join
-	_ = os.Getenv
+}
+
+// testTwoPodsShareOneClaim: one ResourceClaim named by two pods running at
+// once: both get the same GPU.
+func (e *env) testTwoPodsShareOneClaim(t *testing.T) {
+	// Each pod waits for the other's marker on the shared hostname-less
+	// channel: both must be running at the same time; simplest is to
+	// hold both for a few seconds and compare what they were given.
+	w := workload{ns: "share", name: "a", claims: []resourcev1.ResourceClaim{claim("gpu", "gpu.gpuslice.dev")},
+		refs: []corev1.PodResourceClaim{ref("gpu")}, script: showEnv + "sleep 3"}
+	e.start(t, w)
+	w.name, w.claims = "b", nil
+	e.start(t, w)
+	a, b := envOf(e.waitDone(t, "share", "a", 3*time.Minute)), envOf(e.waitDone(t, "share", "b", 3*time.Minute))
+	if a["CUDA_VISIBLE_DEVICES"] == "" || a["CUDA_VISIBLE_DEVICES"] != b["CUDA_VISIBLE_DEVICES"] {
+		t.Errorf("pods of one claim got GPUs %q and %q, want the same one", a["CUDA_VISIBLE_DEVICES"], b["CUDA_VISIBLE_DEVICES"])
+	}
+}
+
+// testMemoryShares: claims on shared.gpuslice.dev asking for memory as
+// consumable capacity get that memory as their limit, and the stock
+// scheduler puts both on one GPU's shared device.
+func (e *env) testMemoryShares(t *testing.T) {
+	mem := func(q string) func(*resourcev1.DeviceRequest) {
+		return func(r *resourcev1.DeviceRequest) {
+			r.Exactly.Capacity = &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{"memory": resource.MustParse(q)}}
+		}
+	}
+	e.start(t, workload{ns: "shares", name: "small", claims: []resourcev1.ResourceClaim{claim("small", "shared.gpuslice.dev", mem("8Gi"))},
+		refs: []corev1.PodResourceClaim{ref("small")}, script: showEnv})
+	e.start(t, workload{ns: "shares", name: "big", claims: []resourcev1.ResourceClaim{claim("big", "shared.gpuslice.dev", mem("16Gi"))},
+		refs: []corev1.PodResourceClaim{ref("big")}, script: showEnv})
+	small, big := envOf(e.waitDone(t, "shares", "small", 3*time.Minute)), envOf(e.waitDone(t, "shares", "big", 3*time.Minute))
+	if small["GPUSLICE_MEMORY_LIMIT_MIB"] != "8192" || big["GPUSLICE_MEMORY_LIMIT_MIB"] != "16384" {
+		t.Errorf("GPUSLICE_MEMORY_LIMIT_MIB = %q and %q, want 8192 and 16384", small["GPUSLICE_MEMORY_LIMIT_MIB"], big["GPUSLICE_MEMORY_LIMIT_MIB"])
+	}
+	if small["CUDA_VISIBLE_DEVICES"] == "" || !strings.HasPrefix(small["CUDA_VISIBLE_DEVICES"], "GPU-") {
+		t.Errorf("a share got CUDA_VISIBLE_DEVICES=%q, want its GPU's uuid", small["CUDA_VISIBLE_DEVICES"])
+	}
+}
+
+// testMIG: a claim for a 1g.5gb instance is allocated by the stock
+// scheduler, which binds the pod only once the driver made the instance
+// (binding conditions); the container sees the MIG device.
+func (e *env) testMIG(t *testing.T) {
+	e.start(t, workload{ns: "mig", name: "mig",
+		claims: []resourcev1.ResourceClaim{claim("mig", "mig.gpuslice.dev", func(r *resourcev1.DeviceRequest) {
+			r.Exactly.Selectors = []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+				Expression: `device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`}}}
+		})},
+		refs: []corev1.PodResourceClaim{ref("mig")}, script: showEnv + "sleep 5"})
+	// While the pod holds the claim, its device carries the driver's
+	// mig-ready condition: the scheduler bound the pod after it.
+	deadline := time.Now().Add(3 * time.Minute)
+	for ready := false; !ready; {
+		rc, err := e.c.Clientset.ResourceV1().ResourceClaims("mig").Get(t.Context(), "mig", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range rc.Status.Devices {
+			for _, c := range d.Conditions {
+				ready = ready || c.Type == "gpuslice.dev/mig-ready" && c.Status == metav1.ConditionTrue
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim status.devices has no gpuslice.dev/mig-ready=True after 3m: %+v", rc.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	log := e.waitDone(t, "mig", "mig", 3*time.Minute)
+	if v := envOf(log)["CUDA_VISIBLE_DEVICES"]; !strings.HasPrefix(v, "MIG-") {
+		t.Errorf("CUDA_VISIBLE_DEVICES=%q, want a MIG instance's uuid; log:\n%s", v, log)
+	}
+}
+
+// testExtendedResource: a pod written for NVIDIA's device plugin
+// (nvidia.com/gpu: 1, no claim) gets a whole GPU through the DeviceClass's
+// extended resource name.
+func (e *env) testExtendedResource(t *testing.T) {
+	log := e.run(t, workload{ns: "extended", name: "legacy", script: showEnv,
+		limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}})
+	if v := envOf(log)["CUDA_VISIBLE_DEVICES"]; !strings.HasPrefix(v, "GPU-") {
+		t.Errorf("nvidia.com/gpu: 1 gave CUDA_VISIBLE_DEVICES=%q, want a GPU uuid; log:\n%s", v, log)
+	}
+}
+
+// testTwoTenants: the webhook gives each namespace's claims its tenant's
+// toleration, so two tenants' shares land on different GPUs, and a claim
+// tolerating another tenant is refused when it is created.
+func (e *env) testTwoTenants(t *testing.T) {
+	ctx := t.Context()
+	mem := func(r *resourcev1.DeviceRequest) {
+		r.Exactly.Capacity = &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{"memory": resource.MustParse("4Gi")}}
+	}
+	e.start(t, workload{ns: "team-a", name: "a", claims: []resourcev1.ResourceClaim{claim("share", "shared.gpuslice.dev", mem)},
+		refs: []corev1.PodResourceClaim{ref("share")}, script: showEnv})
+	e.start(t, workload{ns: "team-b", name: "b", claims: []resourcev1.ResourceClaim{claim("share", "shared.gpuslice.dev", mem)},
+		refs: []corev1.PodResourceClaim{ref("share")}, script: showEnv})
+	a, b := envOf(e.waitDone(t, "team-a", "a", 3*time.Minute)), envOf(e.waitDone(t, "team-b", "b", 3*time.Minute))
+	if a["CUDA_VISIBLE_DEVICES"] == "" || a["CUDA_VISIBLE_DEVICES"] == b["CUDA_VISIBLE_DEVICES"] {
+		t.Errorf("tenants team-a and team-b got GPUs %q and %q, want different ones", a["CUDA_VISIBLE_DEVICES"], b["CUDA_VISIBLE_DEVICES"])
+	}
+	rc, err := e.c.Clientset.ResourceV1().ResourceClaims("team-a").Get(ctx, "share", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tol := rc.Spec.Devices.Requests[0].Exactly.Tolerations; len(tol) != 1 || tol[0].Key != "gpuslice.dev/tenant" || tol[0].Value != "team-a" {
+		t.Errorf("team-a's claim tolerations = %+v, want the webhook's gpuslice.dev/tenant=team-a", tol)
+	}
+	foreign := claim("sneaky", "shared.gpuslice.dev", mem, func(r *resourcev1.DeviceRequest) {
+		r.Exactly.Tolerations = []resourcev1.DeviceToleration{{Key: "gpuslice.dev/tenant", Operator: resourcev1.DeviceTolerationOpEqual, Value: "team-b", Effect: resourcev1.DeviceTaintEffectNoSchedule}}
+	})
+	foreign.Namespace = "team-a"
+	_, err = e.c.Clientset.ResourceV1().ResourceClaims("team-a").Create(ctx, &foreign, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), `tolerates tenant "team-b"`) {
+		t.Errorf("a team-a claim tolerating team-b: err = %v, want the webhook's refusal naming the tenant", err)
+	}
+}
+
+// testSchedulerQuota: in a namespace labelled for gpuslice-scheduler the
+// webhook sets the pods' schedulerName; gpuslice-scheduler places them and
+// keeps the namespace's memory quota: two 8Gi shares run, a third waits
+// with the quota named.
+func (e *env) testSchedulerQuota(t *testing.T) {
+	ctx := t.Context()
+	ns := "quota"
+	e.namespace(t, ns, map[string]string{"gpuslice.dev/scheduler": "gpuslice-scheduler"})
+	nsObj, err := e.c.Clientset.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nsObj.Annotations == nil {
+		nsObj.Annotations = map[string]string{}
+	}
+	nsObj.Annotations["gpuslice.dev/gpu-memory-quota"] = "16Gi"
+	if _, err := e.c.Clientset.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mem := func(r *resourcev1.DeviceRequest) {
+		r.Exactly.Capacity = &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{"memory": resource.MustParse("8Gi")}}
+	}
+	for _, name := range []string{"one", "two", "three"} {
+		e.start(t, workload{ns: ns, name: name, claims: []resourcev1.ResourceClaim{claim(name, "shared.gpuslice.dev", mem)},
+			refs: []corev1.PodResourceClaim{ref(name)}, script: showEnv + "sleep 600"})
+	}
+	running := map[string]bool{}
+	deadline := time.Now().Add(3 * time.Minute)
+	var third *corev1.Pod
+	for len(running) < 2 || third == nil {
+		pods, err := e.c.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		third = nil
+		for i, p := range pods.Items {
+			if p.Spec.SchedulerName != "gpuslice-scheduler" {
+				t.Fatalf("pod %s has schedulerName %q, want the webhook's gpuslice-scheduler", p.Name, p.Spec.SchedulerName)
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				running[p.Name] = true
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "quota") {
+					third = &pods.Items[i]
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 3m: running %v, a pod waiting on the quota: %v\n%s", running, third != nil, e.podsReport(t))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	msg := ""
+	for _, c := range third.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			msg = c.Message
+		}
+	}
+	if !strings.Contains(msg, "16Gi") {
+		t.Errorf("the third pod waits with %q, want the namespace's 16Gi quota named", msg)
+	}
+	// Free the namespace for the node's later tests.
+	if err := e.c.Clientset.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
