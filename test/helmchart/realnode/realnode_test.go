@@ -59,6 +59,8 @@ func TestRealNode(t *testing.T) {
 	t.Run("ExtendedResource", e.testExtendedResource)
 	t.Run("TwoTenants", e.testTwoTenants)
 	t.Run("GpusliceSchedulerWithQuota", e.testSchedulerQuota)
+	t.Run("DeleteUnprepares", e.testDeleteUnprepares)
+	t.Run("DriverKilledMidPrepare", e.testDriverKilledMidPrepare)
 }
 
 // install is `helm install gpuslice deploy/helm/gpuslice -n gpuslice-system
