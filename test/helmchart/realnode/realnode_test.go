@@ -1,14 +1,3 @@
-// Package realnode installs the Helm chart deploy/helm/gpuslice on a real
-// one-node Kubernetes cluster (internal/k8s/nodetest: kubelet v1.36.3 and
-// containerd v2 in their own namespaces, the images built by
-// scripts/images.sh imported into containerd) and runs GPU workloads on
-// it, checking from inside each container what it was given.
-//
-// The chart is installed with Helm's own Go packages (action.Install, as
-// `helm install --wait` does) with simulated GPUs (driver.simulate
-// dgx-a100); its pods then talk to the API server with their own
-// ServiceAccounts, so the chart's ClusterRoles are what is tested, not an
-// admin's credentials.
 package realnode
 
 import (
@@ -18,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/kube"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -29,11 +15,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/k8s/nodetest"
 )
 
-const (
-	chartDir  = "../../../deploy/helm/gpuslice"
-	release   = "gpuslice"
-	releaseNS = "gpuslice-system"
-)
+const chartDir = "../../../deploy/helm/gpuslice"
 
 // env is the cluster with the chart installed, shared by the subtests.
 type env struct {
@@ -68,23 +50,8 @@ func TestRealNode(t *testing.T) {
 // images present on the node (pullPolicy Never).
 func (e *env) install(t *testing.T) {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatalf("loading %s: %v", chartDir, err)
-	}
-	cfg := new(action.Configuration)
-	if err := cfg.Init(kube.GetConfig(e.c.Kubeconfig, "", releaseNS), releaseNS, "secret", t.Logf); err != nil {
-		t.Fatalf("helm: %v", err)
-	}
-	in := action.NewInstall(cfg)
-	in.ReleaseName, in.Namespace, in.CreateNamespace = release, releaseNS, true
-	in.Wait, in.Timeout = true, 4*time.Minute
-	vals := map[string]any{
-		"image":  map[string]any{"pullPolicy": "Never"},
-		"driver": map[string]any{"simulate": "dgx-a100"},
-	}
-	if _, err := in.Run(ch, vals); err != nil {
-		t.Fatalf("helm install: %v\n%s", err, e.podsReport(t))
+	if err := Install(e.c.Kubeconfig, chartDir, SandboxValues(), t.Logf); err != nil {
+		t.Fatalf("%v\n%s", err, e.podsReport(t))
 	}
 }
 
@@ -108,7 +75,7 @@ func (e *env) podsReport(t *testing.T) string {
 				fmt.Fprintf(&b, "  %s=%s %s %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
 			}
 		}
-		if p.Namespace == releaseNS {
+		if p.Namespace == ReleaseNS {
 			for _, ctr := range p.Spec.Containers {
 				logs, _ := e.c.Clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: ctr.Name, TailLines: ptr(int64(30))}).DoRaw(ctx)
 				fmt.Fprintf(&b, "  --- %s log:\n%s\n", ctr.Name, indent(string(logs)))
