@@ -64,6 +64,27 @@ else
   echo "   skipped (GPUSLICE_SKIP_APISERVER=1)"
 fi
 
+phase "real node: kubelet v1.36.3 + containerd v2.4.2 (scripts/realnode.sh) and the images (scripts/images.sh), for pods on a real node"
+# internal/k8s/nodetest starts a real one-node cluster in its own network
+# and mount namespaces; test/helmchart/realnode installs the chart on it and
+# runs GPU workloads. Needs root with CAP_SYS_ADMIN, CAP_NET_ADMIN and
+# CAP_MKNOD: required (GPUSLICE_REQUIRE_NODE=1) when run as root, skipped
+# otherwise. realnode.sh installs Debian's runc, CNI plugins and
+# busybox-static; the binaries are cached like the control plane's.
+# GPUSLICE_SKIP_NODE=1 skips all of it.
+if [ "${GPUSLICE_SKIP_APISERVER:-}" != 1 ] && [ "${GPUSLICE_SKIP_NODE:-}" != 1 ] && [ "$(id -u)" = 0 ]; then
+  export GPUSLICE_NODE_BIN="$(scripts/realnode.sh)"
+  echo "   node binaries in $GPUSLICE_NODE_BIN"
+  GPUSLICE_IMAGES_DIR="$(mktemp -d /tmp/gpuslice-images.XXXXXX)"
+  export GPUSLICE_IMAGES_DIR
+  trap 'rm -rf "$GPUSLICE_IMAGES_DIR"' EXIT
+  scripts/images.sh --test-images "$GPUSLICE_IMAGES_DIR" >/dev/null
+  echo "   images in $GPUSLICE_IMAGES_DIR"
+  export GPUSLICE_REQUIRE_NODE=1
+else
+  echo "   skipped (not root, or GPUSLICE_SKIP_NODE=1 / GPUSLICE_SKIP_APISERVER=1): the real-node tests skip"
+fi
+
 phase "chromium: a headless browser for the dashboard's end-to-end tests (Debian's chromium, installed once)"
 # scripts/chromium.sh installs it with apt-get when missing and prints its
 # path; the browser tests (internal/web) then fail rather than skip.
