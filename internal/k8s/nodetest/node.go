@@ -646,6 +646,9 @@ func writeKubeconfig(path string, cfg *rest.Config, certPEM, keyPEM []byte) erro
 	return clientcmd.WriteToFile(*kc, path)
 }
 
+// Slot is the node's slot number (its names and addresses, docs/realnode.md).
+func (n *Node) Slot() int { return n.slot.n }
+
 // PodCIDR is the node's pod address range.
 func (n *Node) PodCIDR() *net.IPNet {
 	_, ipn, _ := net.ParseCIDR(n.slot.podCIDR())

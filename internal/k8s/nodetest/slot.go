@@ -46,12 +46,16 @@ func (s *slot) serviceCIDR() string { return fmt.Sprintf("10.219.%d.0/24", s.n) 
 func (s *slot) apiIP() string       { return fmt.Sprintf("10.219.%d.1", s.n) }
 func (s *slot) cgroupRoot() string  { return "/gsnode-" + strconv.Itoa(s.n) }
 
-// acquireSlot takes the first free slot and sweeps what an earlier holder
-// that died left in it.
+// acquireSlot takes the first free slot. On the way it sweeps every free
+// slot a dead holder left something in (its own included), so what a
+// killed test left behind goes at the next start, whichever slot that
+// start takes.
 func acquireSlot() (*slot, error) {
 	if err := os.MkdirAll(slotDir, 0o755); err != nil {
 		return nil, err
 	}
+	var taken *slot
+	var errs []error
 	for n := 1; n <= maxSlots; n++ {
 		f, err := os.OpenFile(filepath.Join(slotDir, "slot-"+strconv.Itoa(n)+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
@@ -62,15 +66,36 @@ func acquireSlot() (*slot, error) {
 			continue
 		}
 		s := &slot{n: n, lock: f}
-		if err := s.sweep(); err != nil {
+		if s.leftovers() {
+			if err := s.sweep(); err != nil {
+				errs = append(errs, fmt.Errorf("slot %d: sweeping a dead node's leftovers: %w", n, err))
+				s.release()
+				continue
+			}
+		}
+		if taken != nil {
 			s.release()
-			return nil, fmt.Errorf("slot %d: sweeping a dead node's leftovers: %w", n, err)
+			continue
 		}
 		_ = f.Truncate(0)
 		_, _ = f.WriteString(strconv.Itoa(os.Getpid()) + "\n")
-		return s, nil
+		taken = s
 	}
-	return nil, fmt.Errorf("all %d node slots in %s are taken", maxSlots, slotDir)
+	if taken == nil {
+		errs = append(errs, fmt.Errorf("all %d node slots in %s are taken", maxSlots, slotDir))
+		return nil, errors.Join(errs...)
+	}
+	return taken, nil
+}
+
+// leftovers reports whether a dead holder left the slot's namespace, veth
+// or cgroups behind.
+func (s *slot) leftovers() bool {
+	if netnsExists(s.netns()) || len(cgroupDirs(s.cgroupRoot())) > 0 {
+		return true
+	}
+	_, err := net.InterfaceByName(s.hostVeth())
+	return err == nil
 }
 
 func (s *slot) release() {
