@@ -34,15 +34,18 @@ func TestRealNode(t *testing.T) {
 	e.install(t)
 	t.Logf("chart installed and every pod Ready in %s", time.Since(start).Round(time.Second))
 
+	t.Run("ChartRBACHoldsBack", e.testChartRBACHoldsBack)
 	t.Run("WholeGPU", e.testWholeGPU)
 	t.Run("TwoPodsShareOneClaim", e.testTwoPodsShareOneClaim)
 	t.Run("MemorySharesByCapacity", e.testMemoryShares)
+	t.Run("MPSThroughGpuConfig", e.testMPSThroughGpuConfig)
 	t.Run("MIGThroughBindingConditions", e.testMIG)
 	t.Run("ExtendedResource", e.testExtendedResource)
 	t.Run("TwoTenants", e.testTwoTenants)
 	t.Run("GpusliceSchedulerWithQuota", e.testSchedulerQuota)
 	t.Run("DeleteUnprepares", e.testDeleteUnprepares)
 	t.Run("DriverKilledMidPrepare", e.testDriverKilledMidPrepare)
+	t.Run("XIDEvictsAndHealth", e.testXIDEvictsAndHealth)
 }
 
 // install is `helm install gpuslice deploy/helm/gpuslice -n gpuslice-system
