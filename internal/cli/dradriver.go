@@ -137,6 +137,9 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if err := watchFaults(ctx, dev, filepath.Join(stateDir, FaultDirName), false, log); err != nil {
+				return err
+			}
 			return draplugin.Run(ctx, cfg, opts)
 		},
 	}

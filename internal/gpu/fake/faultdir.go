@@ -3,6 +3,7 @@ package fake
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -197,4 +198,52 @@ func (w *FaultWatcher) answer(o FaultOutcome) error {
 func FaultOutcomeFiles(name string) (done, failed string) {
 	base := strings.TrimSuffix(name, FaultRequestExt)
 	return base + FaultDoneExt, base + FaultErrorExt
+}
+
+// WriteFaultRequest writes r to dir as a new request, atomically (a
+// hidden temporary file, then a rename), and returns its name: the time
+// and the writer's pid, so that requests sort in the order they were made
+// and two writers never collide.
+func WriteFaultRequest(dir string, r FaultRequest, now time.Time) (string, error) {
+	if err := r.Validate(); err != nil {
+		return "", err
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return "", err
+	}
+	name := fmt.Sprintf("%s-%d%s", now.UTC().Format("20060102T150405.000000000Z"), os.Getpid(), FaultRequestExt)
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		_ = os.Remove(tmp)
+		return "", err
+	}
+	return name, nil
+}
+
+// ReadFaultOutcome reads the outcome of the request named name in dir:
+// ok is false while there is none. The refusal of a request is o.Err.
+func ReadFaultOutcome(dir, name string) (o FaultOutcome, ok bool, err error) {
+	o.Name = name
+	done, failed := FaultOutcomeFiles(name)
+	b, err := os.ReadFile(filepath.Join(dir, failed))
+	if err == nil {
+		o.Err = errors.New(strings.TrimSpace(string(b)))
+		return o, true, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return o, false, err
+	}
+	b, err = os.ReadFile(filepath.Join(dir, done))
+	if err == nil {
+		o.Done = strings.TrimSpace(string(b))
+		return o, true, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return o, false, err
+	}
+	return o, false, nil
 }
