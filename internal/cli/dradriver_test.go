@@ -195,6 +195,13 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	// MPS devices get the simulated control daemon: a link to this
+	// (multicall) binary in the state directory.
+	link, err := os.Stat(filepath.Join(dir, "state", "bin", "nvidia-cuda-mps-control"))
+	self, _ := os.Executable()
+	if me, serr := os.Stat(self); err != nil || serr != nil || !os.SameFile(link, me) {
+		t.Fatalf("the simulated MPS control binary: %v %v, want a link to %s", err, serr, self)
+	}
 	// A fault asked from outside the process (the fault directory in
 	// --state-dir) taints GPU 3's devices NoExecute; its recovery
 	// untaints them.
