@@ -42,7 +42,7 @@ func watchFaults(ctx context.Context, dev gpu.Device, dir string, explicit bool,
 		return fmt.Errorf("fault directory: %w", err)
 	}
 	tick := time.NewTicker(faultPoll)
-	w := &fake.FaultWatcher{Dir: dir, Machine: m, Tick: tick.C, Log: log}
+	w := &fake.FaultWatcher{Dir: dir, Machine: m, Tick: tick.C, Log: log, AwaitSubscriber: true}
 	go func() {
 		defer tick.Stop()
 		_ = w.Run(ctx)

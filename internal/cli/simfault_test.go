@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 )
@@ -26,9 +27,6 @@ func TestSimulateFaultCommand(t *testing.T) {
 	dir := filepath.Join(state, FaultDirName)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	if err := watchFaults(ctx, m, dir, false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		t.Fatal(err)
-	}
 	as := func(name string, args ...string) (string, error) {
 		var out, errOut bytes.Buffer
 		cmd := New(&out, &errOut)
@@ -37,6 +35,32 @@ func TestSimulateFaultCommand(t *testing.T) {
 		return strings.TrimSpace(out.String()), err
 	}
 	run := func(args ...string) (string, error) { return as("simulate-fault", args...) }
+	if err := watchFaults(ctx, m, dir, false, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	// Requests wait for a consumer of the machine's events (the driver's
+	// health watch): one is written before there is one.
+	early := make(chan error, 1)
+	go func() {
+		_, err := as("simulate-fault", "--state-dir", state, "--gpu", "0", "--xid", "13")
+		early <- err
+	}()
+	time.Sleep(700 * time.Millisecond)
+	events, err := m.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-early; err != nil {
+		t.Fatalf("the request written before a subscriber: %v", err)
+	}
+	select {
+	case ev := <-events:
+		if ev.XID != 13 || ev.Index != 0 {
+			t.Fatalf("event %+v, want XID 13 on GPU 0", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event: the request was applied before anyone subscribed")
+	}
 	out, err := run("--state-dir", state, "--gpu", "1", "--xid", "48")
 	if err != nil || out != "XID 48 on GPU 1 (double-bit ECC error, fatal: the GPU is unhealthy)" {
 		t.Fatalf("--xid 48: %v, %q", err, out)

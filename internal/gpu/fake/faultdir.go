@@ -44,6 +44,10 @@ type FaultWatcher struct {
 	// Clock tells how old an unparsable request is (default time.Now).
 	Clock func() time.Time
 	Log   *slog.Logger
+	// AwaitSubscriber holds requests until the machine has an Events
+	// subscriber (the driver's or agent's health watch), so that one
+	// waiting when the process starts is not raised before anyone listens.
+	AwaitSubscriber bool
 
 	stuck map[string]bool // requests answered but not removable
 }
@@ -56,13 +60,16 @@ type FaultOutcome struct {
 }
 
 // Run makes the directory (0700), scans it at once and on every tick
-// until ctx ends.
+// until ctx ends (with AwaitSubscriber, only once the machine has a
+// subscriber).
 func (w *FaultWatcher) Run(ctx context.Context) error {
 	if err := os.MkdirAll(w.Dir, 0o700); err != nil {
 		return fmt.Errorf("fault directory: %w", err)
 	}
 	for {
-		w.Scan()
+		if !w.AwaitSubscriber || w.Machine.Subscribers() > 0 {
+			w.Scan()
+		}
 		select {
 		case <-ctx.Done():
 			return nil

@@ -218,3 +218,26 @@ func TestFaultWatcherRun(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// With AwaitSubscriber a request waits until someone listens to the
+// machine's events, and then raises its event for them.
+func TestFaultWatcherAwaitsSubscriber(t *testing.T) {
+	m := a100MIG(t)
+	dir := t.TempDir()
+	tick := make(chan time.Time)
+	w := &fake.FaultWatcher{Dir: dir, Machine: m, Tick: tick, AwaitSubscriber: true}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	writeRequest(t, dir, "x.json", `{"gpu": 1, "xid": 94}`, time.Now().Add(-time.Minute))
+	go func() { _ = w.Run(ctx) }()
+	tick <- time.Time{}
+	tick <- time.Time{}
+	if _, err := os.Stat(filepath.Join(dir, "x.json")); err != nil {
+		t.Fatalf("applied with nobody listening: %v", err)
+	}
+	ch := events(t, m)
+	tick <- time.Time{}
+	if ev := next(t, ch); ev.XID != 94 || ev.Index != 1 {
+		t.Fatalf("event %+v", ev)
+	}
+}
