@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 )
 
@@ -85,6 +86,14 @@ func TestSimulateFaultCommand(t *testing.T) {
 		if out, err := run(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v (printed %q), want an error containing %q", tc.args, err, out, tc.want)
 		}
+	}
+	// Real GPUs have no fault directory: asking for one is an error.
+	real := struct{ gpu.Device }{m}
+	if err := watchFaults(ctx, real, t.TempDir(), true, slog.Default()); err == nil || !strings.Contains(err.Error(), "simulated GPUs only") {
+		t.Fatalf("--fault-dir on real GPUs: %v", err)
+	}
+	if err := watchFaults(ctx, real, t.TempDir(), false, slog.Default()); err != nil {
+		t.Fatalf("the default fault directory on real GPUs: %v", err)
 	}
 	cancel()
 	// Nobody watching: the request is withdrawn when the time is up.
