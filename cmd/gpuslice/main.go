@@ -11,6 +11,9 @@ import (
 )
 
 func main() {
+	if code, ok := cli.Multicall(os.Args, os.Stdin, os.Stdout, os.Stderr); ok {
+		os.Exit(code)
+	}
 	cmd := cli.New(os.Stdout, os.Stderr)
 	if err := cmd.Execute(); err != nil {
 		var exit *cli.ExitError

@@ -105,7 +105,7 @@ allocation, decides as Kubernetes does.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(slices, classes)
+	cmd.AddCommand(slices, classes, draSimulateFaultCmd(e))
 	return cmd
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/agent/cdi"
 	"github.com/gpuslice/gpuslice/internal/agent/mps"
+	"github.com/gpuslice/gpuslice/internal/agent/mps/mpssim"
 	"github.com/gpuslice/gpuslice/internal/agent/watchdog"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
@@ -77,7 +78,11 @@ gpuslice.dev/tenant label, else its name), at most 128 per node. --tenant-isolat
 publishes one untainted shared device per GPU.
 
 Without an NVIDIA driver (or with --simulate) it runs on simulated GPUs whose MIG layout is kept
-in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
+in --state-dir. Their MPS devices get gpuslice's simulated control daemon (<state-dir>/bin/
+nvidia-cuda-mps-control, a link to this binary: a control socket, pid file and log in each pipe
+directory, the defaults it was given in its ` + mpssim.LimitsFile + ` file, no MPS server;
+--mps-control '' starts none, or name another binary). Faults are injected into simulated GPUs from
+outside the process by writing requests to <state-dir>/` + FaultDirName + ` ("gpuslice dra simulate-fault").`,
 		Example: "  gpuslice dra-driver --node $NODE_NAME\n  gpuslice dra-driver --simulate dgx-a100 --node gpu-1 --kubeconfig ~/.kube/config --state-dir /tmp/dra --registrar-dir /tmp/dra/reg --cdi-dir /tmp/dra/cdi",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -114,6 +119,12 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 				Isolation: dradriver.Options{TenantIsolation: tenantIsolation, Tenants: static}}
 			if m, ok := dev.(*fake.Machine); ok {
 				cfg.Kill = m.StopProcess
+				if !cmd.Flags().Changed("mps-control") {
+					if cfg.MPSControl, err = simulatedMPSControl(stateDir); err != nil {
+						return fmt.Errorf("the simulated MPS control daemon: %w", err)
+					}
+					log.Info("MPS: the simulated control daemon", "binary", cfg.MPSControl)
+				}
 			} else {
 				if !cmd.Flags().Changed("mps-control") {
 					cfg.MPSControl = mps.ControlBinary
@@ -137,6 +148,9 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if err := watchFaults(ctx, dev, filepath.Join(stateDir, FaultDirName), false, log); err != nil {
+				return err
+			}
 			return draplugin.Run(ctx, cfg, opts)
 		},
 	}
@@ -148,7 +162,7 @@ in --state-dir, and starts no MPS daemon unless --mps-control names one.`,
 	f.StringVar(&stateDir, "state-dir", draplugin.DefaultStateDir, "the plugin's directory: DRA socket, checkpoint, simulated GPUs' state")
 	f.StringVar(&registrarDir, "registrar-dir", draplugin.DefaultRegistrarDir, "the kubelet's plugin registration directory")
 	f.StringVar(&mpsRoot, "mps-root", "/run/gpuslice/mps", "host directory of the MPS pipe directories (containers see /run/gpuslice/mps/<device>)")
-	f.StringVar(&mpsControl, "mps-control", "", "the MPS control binary (default "+mps.ControlBinary+" on real GPUs; none on simulated ones)")
+	f.StringVar(&mpsControl, "mps-control", "", "the MPS control binary (default "+mps.ControlBinary+" on real GPUs, the simulated one on simulated GPUs; '' for none)")
 	f.StringVar(&migMinors, "mig-minors", "", "the nvidia-caps mig-minors table (default "+cdi.DefaultMIGMinorsPath+" when present)")
 	f.StringVar(&metricsListen, "metrics-listen", ":9464", "address of /metrics (empty: none)")
 	f.DurationVar(&watchInterval, "watch-interval", 10*time.Second, "how often the memory watchdog reads the GPUs' processes")

@@ -28,7 +28,9 @@ import (
 // tenants' copies of the shared GPUs: --tenants and every namespace's
 // tenant (by label or name), following a namespace created later —,
 // with MIG devices under binding conditions (the default), opens the
-// registration socket the kubelet watches, and stops cleanly on cancel.
+// registration socket the kubelet watches, taints a GPU on a fault
+// written to its fault directory by `gpuslice dra simulate-fault` and
+// untaints it on recovery, and stops cleanly on cancel.
 func TestDRADriverCommand(t *testing.T) {
 	srv := apitest.Start(t)
 	if _, err := srv.CreateReadyNode(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}}); err != nil {
@@ -191,6 +193,61 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 		case <-ctx.Done():
 			t.Fatalf("after relabelling ml: team-ml's held copy or team-ml2's copies missing\n%s", errOut.String())
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// MPS devices get the simulated control daemon: a link to this
+	// (multicall) binary in the state directory.
+	link, err := os.Stat(filepath.Join(dir, "state", "bin", "nvidia-cuda-mps-control"))
+	self, _ := os.Executable()
+	if me, serr := os.Stat(self); err != nil || serr != nil || !os.SameFile(link, me) {
+		t.Fatalf("the simulated MPS control binary: %v %v, want a link to %s", err, serr, self)
+	}
+	// A fault asked from outside the process (the fault directory in
+	// --state-dir) taints GPU 3's devices NoExecute; its recovery
+	// untaints them.
+	tainted := func() bool {
+		list, err := srv.Client.Resource(gvr).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=gpu-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list.Items {
+			devs, _, _ := unstructured.NestedSlice(s.Object, "spec", "devices")
+			for _, d := range devs {
+				dm, _ := d.(map[string]any)
+				if dm["name"] != "gpu-3" {
+					continue
+				}
+				taints, _, _ := unstructured.NestedSlice(dm, "taints")
+				for _, tn := range taints {
+					tm, _ := tn.(map[string]any)
+					if tm["key"] == dradriver.TaintKey && tm["value"] == "79" && tm["effect"] == "NoExecute" {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	for _, step := range []struct {
+		args    []string
+		out     string
+		tainted bool
+	}{
+		{[]string{"--gpu", "3", "--xid", "79"}, "XID 79 on GPU 3 (GPU has fallen off the bus, fatal: the GPU is unhealthy)", true},
+		{[]string{"--gpu", "3", "--recover"}, "GPU 3 recovered", false},
+	} {
+		var fout, ferr bytes.Buffer
+		fc := New(&fout, &ferr)
+		fc.SetArgs(append([]string{"dra", "simulate-fault", "--state-dir", filepath.Join(dir, "state"), "--timeout", "20s"}, step.args...))
+		if err := fc.ExecuteContext(ctx); err != nil || strings.TrimSpace(fout.String()) != step.out {
+			t.Fatalf("simulate-fault %v: %v, printed %q, want %q", step.args, err, fout.String(), step.out)
+		}
+		for tainted() != step.tainted {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("after simulate-fault %v: GPU 3 tainted %v, want %v\n%s", step.args, !step.tainted, step.tainted, errOut.String())
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
 	stop()

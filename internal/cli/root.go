@@ -51,7 +51,7 @@ Start with: gpuslice serve (then gpuslice run -- CMD), or gpuslice plan FILE.`,
 	root.SetErr(errOut)
 	root.PersistentFlags().StringVarP(&e.format, "output", "o", "table", "output format: "+strings.Join(outputFormats, "|"))
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputFormats, cobra.ShellCompDirectiveNoFileComp))
-	root.AddCommand(catalogCmd(e), migCmd(e), planCmd(e), renderCmd(e), schemaCmd(e), serveCmd(e), benchCmd(e), draCmd(e), draDriverCmd(e), draWebhookCmd(e), proxyCmd(e), adviseCmd(e), simulateCmd(e), imageArchiveCmd(e))
+	root.AddCommand(catalogCmd(e), migCmd(e), planCmd(e), renderCmd(e), schemaCmd(e), serveCmd(e), benchCmd(e), draCmd(e), draDriverCmd(e), draWebhookCmd(e), proxyCmd(e), adviseCmd(e), simulateCmd(e), imageArchiveCmd(e), simMPSControlCmd(e))
 	root.AddCommand(remoteCmds(e)...)
 	// Every command: an unknown flag gets a did-you-mean; every command
 	// group: an unknown subcommand is an error, not its help.

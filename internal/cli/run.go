@@ -309,7 +309,7 @@ released and run fails.`,
 }
 
 func agentCmd(e *env, c *conn) *cobra.Command {
-	var name, simulate, cdiDir string
+	var name, simulate, cdiDir, faultDir string
 	var interval time.Duration
 	cmd := &cobra.Command{
 		Use:     "agent",
@@ -327,6 +327,9 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 			log.Info(why)
 			cl, err := c.client()
 			if err != nil {
+				return err
+			}
+			if err := watchFaults(ctx, dev, faultDir, faultDir != "", log); err != nil {
 				return err
 			}
 			acfg := agent.Config{Name: name, Client: cl, Device: dev, Log: log, Interval: interval}
@@ -348,6 +351,7 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 	cmd.Flags().StringVar(&simulate, "simulate", "", "simulate GPUs: a preset or a YAML file")
 	cmd.Flags().DurationVar(&interval, "interval", 5*time.Second, "heartbeat interval")
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
+	cmd.Flags().StringVar(&faultDir, "fault-dir", "", "simulated GPUs only: apply the fault requests written here (gpuslice dra simulate-fault --fault-dir)")
 	return cmd
 }
 

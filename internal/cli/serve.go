@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -139,7 +140,7 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func serveCmd(e *env) *cobra.Command {
-	var listen, dataDir, storeKind, simulate, nodeName, tlsCert, tlsKey, placement, cdiDir string
+	var listen, dataDir, storeKind, simulate, nodeName, tlsCert, tlsKey, placement, cdiDir, faultDir string
 	var nodeTimeout, reserveAfter, nodeTTL, nodeInterval, leaseGrace time.Duration
 	var replicaUser, replicaUIDs, replicaDir string
 	var nodePools string
@@ -190,6 +191,10 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				return err
 			}
 			log.Info(why)
+			faults := cmp.Or(faultDir, filepath.Join(dataDir, FaultDirName))
+			if err := watchFaults(ctx, dev, faults, faultDir != "", log); err != nil {
+				return err
+			}
 			var store state.Store
 			switch storeKind {
 			case "sqlite":
@@ -332,6 +337,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 	}
 	cmd.Flags().StringVar(&listen, "listen", defListen, "address to listen on (env GPUSLICE_LISTEN)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where the database and tokens live")
+	cmd.Flags().StringVar(&faultDir, "fault-dir", "", "simulated GPUs: apply the fault requests written here (default <data-dir>/"+FaultDirName+"; gpuslice dra simulate-fault --fault-dir)")
 	cmd.Flags().StringVar(&storeKind, "store", "sqlite", "sqlite (durable) or memory")
 	cmd.Flags().StringVar(&simulate, "simulate", "", "simulate GPUs: a preset ("+strings.Join(fake.Presets(), ", ")+") or a YAML file")
 	cmd.Flags().StringVar(&nodeName, "node", hostName(), "name of the local node")

@@ -40,5 +40,12 @@
 // and Remove (the GPU falls off the bus: every call naming it fails with
 // ErrNotFound and subscribers get an EventLost). Time comes from WithClock.
 //
+// From outside the process, a FaultWatcher applies the fault requests
+// written to a directory (ParseFaultRequest: {"gpu": 0, "xid": 79},
+// {"instance": "MIG-…", "xid": 94}, {"gpu": 1, "lost": true},
+// {"gpu": 1, "recover": true}), each once, answering NAME.json with
+// NAME.done or NAME.error: how `gpuslice dra simulate-fault` reaches a
+// running simulated driver or agent.
+//
 // Every method is safe for concurrent use.
 package fake

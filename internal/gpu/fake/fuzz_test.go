@@ -46,3 +46,41 @@ func FuzzLoadSpec(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseFaultRequest checks that ParseFaultRequest never panics, that
+// every error says something, and that a request it accepts is applied
+// to a machine or refused with an error, never a panic.
+func FuzzParseFaultRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"gpu": 0, "xid": 79}`,
+		`{"gpu": 1, "xid": 13}`,
+		`{"instance": "MIG-00000000-0000-0000-0000-000000000000", "xid": 94}`,
+		`{"gpu": 1, "lost": true}`,
+		`{"gpu": 1, "recover": true}`,
+		`{"gpu": 99999999999999999999, "xid": 79}`,
+		`{"gpu": 0, "xid": 79, "lost": true, "extra": null}`,
+		`{"gpu": null, "xid": null}`,
+		`[]`, `null`, `"x"`, ``, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB", MIGEnabled: true, Instances: []string{"3g.20gb@4"}}, {Model: "L4"}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := fake.ParseFaultRequest(data)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error")
+			}
+			return
+		}
+		if r.Validate() != nil || r.String() == "" {
+			t.Fatalf("accepted %+v", r)
+		}
+		if done, err := m.ApplyFault(r); (err == nil) == (done == "") {
+			t.Fatalf("ApplyFault(%+v) = %q, %v", r, done, err)
+		}
+	})
+}
