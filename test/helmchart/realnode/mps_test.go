@@ -2,6 +2,8 @@ package realnode
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +37,6 @@ func (e *env) testMPSThroughGpuConfig(t *testing.T) {
 	log := e.run(t, workload{ns: "mps", name: "mps", claims: []resourcev1.ResourceClaim{c},
 		refs:   []corev1.PodResourceClaim{ref("mps")},
 		script: showEnv + `d=$CUDA_MPS_PIPE_DIRECTORY; test -d "$d" && echo pipe-dir-mounted; ls "$d" | sed 's/^/pipe:/'; cat "$d"/gpuslice-sim-limits 2>/dev/null | sed 's/^/limits:/'`})
-	t.Logf("the MPS container printed:\n%s", log)
 	env := envOf(log)
 	uuid := env["CUDA_VISIBLE_DEVICES"]
 	if env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "40" {
@@ -44,10 +45,23 @@ func (e *env) testMPSThroughGpuConfig(t *testing.T) {
 	if want := uuid + "=6144M"; env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != want {
 		t.Errorf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%q, want %q", env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], want)
 	}
-	if !strings.Contains(log, "pipe-dir-mounted") || !strings.Contains(log, "pipe:") {
+	if !strings.Contains(log, "pipe-dir-mounted") || !strings.Contains(log, "pipe:control\n") || !strings.Contains(log, "pipe:nvidia-cuda-mps-control.pid\n") {
 		t.Errorf("the MPS pipe directory %q is not in the container with the daemon's files; log:\n%s", env["CUDA_MPS_PIPE_DIRECTORY"], log)
 	}
-	// The daemon stops with the GPU's last MPS claim.
+	// The daemon stops with the GPU's last MPS claim: its socket leaves
+	// the pipe directory (a host directory under the node's /run/gpuslice).
+	pipe := filepath.Join(e.c.Node.RunDir, strings.TrimPrefix(env["CUDA_MPS_PIPE_DIRECTORY"], "/run/gpuslice/"))
 	e.deleteAll(t, "mps")
 	e.waitState(t, "the MPS claim unprepared", 2*time.Minute, func(s nodeState) bool { return len(s.checkpoint) == 0 })
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := os.Stat(filepath.Join(pipe, "control"))
+		if os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the MPS daemon's socket %s is still there a minute after its last claim left (%v)", pipe, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -53,11 +53,19 @@ func (e *env) fault(t *testing.T, name string, req map[string]any) {
 // (device gpu-<N>) and the claim's name.
 func (e *env) gpuOf(t *testing.T, p *corev1.Pod) (int, string) {
 	t.Helper()
+	var names []string // the claims of templates are in the status, named ones in the spec
 	for _, st := range p.Status.ResourceClaimStatuses {
-		if st.ResourceClaimName == nil {
-			continue
+		if st.ResourceClaimName != nil {
+			names = append(names, *st.ResourceClaimName)
 		}
-		rc, err := e.c.Clientset.ResourceV1().ResourceClaims(p.Namespace).Get(t.Context(), *st.ResourceClaimName, metav1.GetOptions{})
+	}
+	for _, rc := range p.Spec.ResourceClaims {
+		if rc.ResourceClaimName != nil {
+			names = append(names, *rc.ResourceClaimName)
+		}
+	}
+	for _, name := range names {
+		rc, err := e.c.Clientset.ResourceV1().ResourceClaims(p.Namespace).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
