@@ -67,13 +67,15 @@ func run() int {
 	}
 	defer lock.Close()
 
-	sweepLeftovers(p)
 	if *sweep {
+		sweepLeftovers(p)
 		for _, f := range []string{p.Ready, p.Pid, p.Slot, p.Kubeconfig} {
 			_ = os.Remove(f)
 		}
 		return 0
 	}
+	// What a killed sandbox left needs no sweep here: LaunchCluster sweeps
+	// every free slot with leftovers when it takes its own.
 	for _, f := range []string{p.Ready, p.Kubeconfig, p.Usage, p.Slot} {
 		_ = os.Remove(f)
 	}
@@ -194,7 +196,7 @@ func run() int {
 
 // sweepLeftovers cleans the slot of a sandbox that was killed (SIGKILL,
 // OOM) before it could stop its node: the slot it recorded, or the one its
-// pid took.
+// pid took (killed before it learnt its slot).
 func sweepLeftovers(p paths) {
 	slots := map[int]bool{}
 	if data, err := os.ReadFile(p.Slot); err == nil {
