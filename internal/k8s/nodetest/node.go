@@ -155,8 +155,37 @@ func Missing(binDir string) string {
 		why = append(why, "not root")
 	} else if caps := missingCaps(); caps != "" {
 		why = append(why, "missing "+caps)
+	} else if refused := namespacesRefused(); refused != "" {
+		why = append(why, refused)
 	}
 	return strings.Join(why, "; ")
+}
+
+var (
+	probeOnce sync.Once
+	probeWhy  string
+)
+
+// namespacesRefused tries, once per process, what a node does first: a new
+// network and mount namespace, a tmpfs mount and a character device node
+// in it. A machine whose seccomp profile or LSM refuses any of them
+// although the capabilities are there gets its refusal named.
+func namespacesRefused() string {
+	probeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gpuslice-nodetest-probe-")
+		if err != nil {
+			probeWhy = "cannot make a temp dir: " + err.Error()
+			return
+		}
+		defer os.RemoveAll(dir)
+		out, err := exec.Command("unshare", "--net", "--mount", "--propagation", "private", "--",
+			"sh", "-c", `mount -t tmpfs tmpfs "$0" && mknod "$0/probe" c 1 3`, dir).CombinedOutput()
+		if err != nil {
+			probeWhy = fmt.Sprintf("this machine refuses a network and mount namespace, a tmpfs mount or mknod in it (%v: %s)",
+				err, strings.TrimSpace(string(out)))
+		}
+	})
+	return probeWhy
 }
 
 // missingCaps names the effective capabilities a node needs and this

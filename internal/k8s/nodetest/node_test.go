@@ -3,6 +3,7 @@ package nodetest_test
 import (
 	"context"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -67,3 +68,20 @@ func waitPod(t *testing.T, ctx context.Context, c *nodetest.Cluster, ns, name st
 }
 
 func parseIP(s string) []byte { return net.ParseIP(s) }
+
+// TestMissingNamesWhatIsMissing: a directory without the binaries is named
+// with the script that builds them; where the node is required, nothing is
+// missing (the capability and namespace probe passes).
+func TestMissingNamesWhatIsMissing(t *testing.T) {
+	why := nodetest.Missing(t.TempDir())
+	for _, want := range []string{"lacks kubelet (run scripts/realnode.sh)", "lacks containerd", "lacks ctr"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("Missing(empty dir) = %q, want it to say %q", why, want)
+		}
+	}
+	if os.Getenv(nodetest.EnvRequire) == "1" {
+		if why := nodetest.Missing(nodetest.BinDir()); why != "" {
+			t.Errorf("the node is required here, but: %s", why)
+		}
+	}
+}
