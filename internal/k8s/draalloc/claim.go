@@ -182,13 +182,16 @@ func ToClaim(rc *resourceapi.ResourceClaim, priority int) (alloc.Claim, error) {
 // device.driver comparisons) becomes the one the allocator's model uses.
 // Attributes the allocator cannot read are refused.
 func selector(expr string) (string, error) {
+	if err := compileDRA(expr); err != nil {
+		return "", err
+	}
 	out := expr
 	for _, q := range []string{`"`, `'`} {
 		out = strings.ReplaceAll(out, q+dradriver.DriverName+q, q+allocDriver+q)
 	}
 	attrs, caps, err := alloc.SelectorNames(out)
 	if err != nil {
-		return "", err
+		return "", asWritten(err, out, expr)
 	}
 	for _, a := range attrs {
 		if !slices.Contains(knownAttributes, a) {
@@ -201,7 +204,7 @@ func selector(expr string) (string, error) {
 		}
 	}
 	if _, err := alloc.CompileSelector(out); err != nil {
-		return "", err
+		return "", asWritten(err, out, expr)
 	}
 	return out, nil
 }
