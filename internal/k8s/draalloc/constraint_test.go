@@ -1,0 +1,81 @@
+package draalloc
+
+import (
+	"fmt"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+)
+
+// multi is a claim of several one-device requests (name → class,
+// selector) with constraints.
+func multi(name string, reqs [][3]string, cons ...resourceapi.DeviceConstraint) *resourceapi.ResourceClaim {
+	rc := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", UID: types.UID("uid-" + name)}}
+	for _, r := range reqs {
+		e := &resourceapi.ExactDeviceRequest{DeviceClassName: r[1], AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
+		if r[2] != "" {
+			e.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: r[2]}}}
+		}
+		rc.Spec.Devices.Requests = append(rc.Spec.Devices.Requests, resourceapi.DeviceRequest{Name: r[0], Exactly: e})
+	}
+	rc.Spec.Devices.Constraints = cons
+	return rc
+}
+
+func attr(name string) *resourceapi.FullyQualifiedName {
+	n := resourceapi.FullyQualifiedName(name)
+	return &n
+}
+
+func profile(p string) string {
+	return fmt.Sprintf("device.attributes[%q].profile == %q", dradriver.DriverName, p)
+}
+
+// NVIDIA's quickstart gpu-test4: four MIG requests, smallest first, that
+// must share one physical GPU (matchAttribute parentUUID, requests
+// empty). Placed greedily in the order written, the two 1g.5gb take the
+// slots the 3g.20gb needs; the allocator must undo and retry. Four
+// replicas fill four A100s.
+func TestMatchAttributeParentUUIDAcrossFourMIGRequests(t *testing.T) {
+	nd, _ := nodeDevices(t, "n1", "A100-40GB", 4)
+	s, failed, err := NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
+	if err != nil || len(failed) > 0 {
+		t.Fatal(err, failed)
+	}
+	used := map[string]bool{}
+	for i := range 4 {
+		rc := multi(fmt.Sprintf("mig-devices-%d", i), [][3]string{
+			{"mig-1g-5gb-0", dradriver.ClassMIG, profile("1g.5gb")},
+			{"mig-1g-5gb-1", dradriver.ClassMIG, profile("1g.5gb")},
+			{"mig-2g-10gb", dradriver.ClassMIG, profile("2g.10gb")},
+			{"mig-3g-20gb", dradriver.ClassMIG, profile("3g.20gb")},
+		}, resourceapi.DeviceConstraint{MatchAttribute: attr(dradriver.DriverName + "/parentUUID")})
+		c, err := ToClaim(rc, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := s.Allocate(&c)
+		if err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+		if len(a.Devices) != 4 {
+			t.Fatalf("replica %d: %d devices", i, len(a.Devices))
+		}
+		for _, d := range a.Devices[1:] {
+			if d.GPU != a.Devices[0].GPU {
+				t.Fatalf("replica %d: devices on GPUs %s and %s", i, a.Devices[0].GPU, d.GPU)
+			}
+		}
+		if used[a.Devices[0].GPU] {
+			t.Fatalf("replica %d: GPU %s used twice", i, a.Devices[0].GPU)
+		}
+		used[a.Devices[0].GPU] = true
+		if err := s.Apply(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
