@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // maxTries bounds the candidates one claim's constrained search applies
@@ -48,10 +49,20 @@ func (p *placer) search(steps []step, a *Allocation, taken map[int]bool) error {
 		}
 	}
 	noFit := func() error {
-		if p.explain {
-			return s.explain(p.c, st.r, st.k, n)
+		if !p.explain {
+			return ErrNoFit
 		}
-		return ErrNoFit
+		err := s.explain(p.c, st.r, st.k, n)
+		var named []string
+		for _, con := range cons {
+			if con.Attribute != "" {
+				named = append(named, con.Match+" "+con.Attribute)
+			}
+		}
+		if len(named) > 0 {
+			return fmt.Errorf("%w (%s: %s)", err, errAttribute, strings.Join(named, ", "))
+		}
+		return err
 	}
 	if len(cands) == 0 {
 		return noFit()

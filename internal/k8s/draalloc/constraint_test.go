@@ -2,6 +2,7 @@ package draalloc
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -76,6 +77,56 @@ func TestMatchAttributeParentUUIDAcrossFourMIGRequests(t *testing.T) {
 		used[a.Devices[0].GPU] = true
 		if err := s.Apply(a); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// distinctAttribute across two whole-GPU requests: two different GPUs
+// (uuid), and with productName all GPUs of one model share, no fit.
+func TestDistinctAttributeAcrossTwoGPURequests(t *testing.T) {
+	nd, _ := nodeDevices(t, "n1", "A100-40GB", 2)
+	s, failed, err := NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
+	if err != nil || len(failed) > 0 {
+		t.Fatal(err, failed)
+	}
+	reqs := [][3]string{{"a", dradriver.ClassGPU, ""}, {"b", dradriver.ClassGPU, ""}}
+	c, err := ToClaim(multi("two", reqs, resourceapi.DeviceConstraint{DistinctAttribute: attr(dradriver.DriverName + "/index")}), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Allocate(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Devices) != 2 || a.Devices[0].GPU == a.Devices[1].GPU {
+		t.Fatalf("devices %+v", a.Devices)
+	}
+	// Impossible: two devices whose product names differ on a node of one model.
+	c, err = ToClaim(multi("impossible", reqs, resourceapi.DeviceConstraint{DistinctAttribute: attr(dradriver.DriverName + "/productName")}), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Allocate(&c); err == nil || !strings.Contains(err.Error(), "attribute constraint not met") || !strings.Contains(err.Error(), "distinct productName") {
+		t.Fatalf("distinct productName on one model: %v, want the attribute constraint named", err)
+	}
+}
+
+// matchAttribute on another attribute (model) and on an unknown or
+// foreign attribute.
+func TestMatchAttributeOtherAttributes(t *testing.T) {
+	reqs := [][3]string{{"a", dradriver.ClassMIG, profile("1g.5gb")}, {"b", dradriver.ClassMIG, profile("2g.10gb")}}
+	c, err := ToClaim(multi("m", reqs, resourceapi.DeviceConstraint{Requests: []string{"a", "b"}, MatchAttribute: attr(dradriver.DriverName + "/model")}), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd, _ := nodeDevices(t, "n1", "A100-40GB", 1)
+	s, _, _ := NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
+	if _, err := s.Allocate(&c); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"gpu.nvidia.com/parentUUID", dradriver.DriverName + "/noSuch"} {
+		if _, err := ToClaim(multi("m", reqs, resourceapi.DeviceConstraint{MatchAttribute: attr(a)}), 0); err == nil || !strings.Contains(err.Error(), a) {
+			t.Errorf("matchAttribute %s: %v, want refused naming it", a, err)
 		}
 	}
 }
