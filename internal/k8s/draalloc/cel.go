@@ -19,7 +19,7 @@ func init() {
 	if err := alloc.AddSelectorLibraries(
 		library.URLs(),
 		library.Regex(),
-		library.Lists(library.ListsVersion(1)),
+		library.Lists(),
 		library.IP(),
 		library.CIDR(),
 		library.Format(),
