@@ -3,6 +3,7 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -113,6 +114,9 @@ type placer struct {
 	groups  map[string][]Constraint
 	explain bool // build a NoFitError (costly) on failure
 	room    room // asked of a new device beyond the request (single-device claims)
+	// tries counts the candidates a constrained search applied (shared by
+	// the nested searches of one claim), bounded by maxTries.
+	tries *int
 }
 
 // ErrNoFit is the failure of a claim that fits nowhere when no
@@ -122,6 +126,12 @@ var ErrNoFit = errors.New("no room for the claim")
 // place decides steps in order, appending to a. Every device but the last
 // is applied to the state so the next sees it, and undone before return.
 func (p *placer) place(steps []step, a *Allocation, taken map[int]bool) error {
+	if p.groups != nil {
+		if p.tries == nil {
+			p.tries = new(int)
+		}
+		return p.search(steps, a, taken)
+	}
 	s := p.s
 	var undos []func()
 	defer func() {
@@ -282,12 +292,30 @@ func (p *placer) bestConstrained(n *need, cons []Constraint, rest []step, a *All
 			}
 		}
 	}()
+	// last resort: other candidates on the units ruled out; a unit
+	// rescued this way is no longer remembered as failed.
+	fallback := func() (cand, bool) {
+		units := make([]int, 0, len(skip))
+		for u := range skip {
+			units = append(units, u)
+		}
+		sort.Ints(units)
+		cd, ok := p.alternatives(n, rest, a, perGPU, units)
+		if ok {
+			u := s.unitOf(cd.gpu, perGPU)
+			fails = slices.DeleteFunc(fails, func(x int) bool { return x == u })
+			if memo != nil {
+				delete(memo.failed, u)
+			}
+		}
+		return cd, ok
+	}
 	ex := *n
 	ex.skip, ex.skipGPUs = skip, perGPU
 	for range maxSkips {
 		cd, ok := s.bestIndexed(&ex)
 		if !ok {
-			return cand{}, false
+			return fallback()
 		}
 		if p.restFits(n, cd, rest, a) {
 			return cd, true
@@ -326,6 +354,9 @@ func (p *placer) bestConstrained(n *need, cons []Constraint, rest []step, a *All
 				try(m, ni, gi)
 			}
 		}
+	}
+	if !found {
+		return fallback()
 	}
 	return best, found
 }

@@ -104,6 +104,11 @@ type need struct {
 	// device may not use: the rest of its claim did not fit there.
 	skip     map[int]bool
 	skipGPUs bool
+	// allStarts: list a MIG instance at every start it fits, not only
+	// the best (a constrained search's alternatives).
+	allStarts bool
+	// alts collects the other starts of a mode switch when allStarts.
+	alts []cand
 }
 
 // offLimits reports whether the constraints keep the device off GPU gi on
@@ -456,6 +461,35 @@ func (s *State) tryCreate(n *need, gi, p int, ch choice, rank int) (cand, reason
 	if !ok {
 		return cand{}, rLayout
 	}
+	return s.createAt(n, gi, p, start, ch, rank)
+}
+
+// otherStarts lists the starts of profile p on GPU gi, other than the
+// best one, where an instance fits: the alternatives a constrained
+// search tries when the best start leaves no room for the rest of the
+// claim.
+func (s *State) otherStarts(n *need, gi, p int, ch choice, rank int) []cand {
+	g := &s.gpus[gi]
+	best, ok := g.geo.BestStart(g.occ, p)
+	if !ok {
+		return nil
+	}
+	var out []cand
+	for _, st := range g.geo.Shapes[p].Starts {
+		if st == best || !g.geo.CanAdd(g.occ, p, st) {
+			continue
+		}
+		if c, r := s.createAt(n, gi, p, st, ch, rank); r == rOK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// createAt is tryCreate's candidate at a given start (checked by the
+// caller).
+func (s *State) createAt(n *need, gi, p, start int, ch choice, rank int) (cand, reason) {
+	g := &s.gpus[gi]
 	d := s.migDevice(gi, p, start, "", Sharing{})
 	sh := s.shareFor(ch.mode, d.compute, Sharing{Mode: Dynamic})
 	after := g.geo.Add(g.occ, p, start)
@@ -531,14 +565,20 @@ func (s *State) trySwitch(n *need, gi int, ch choice, rank int) (cand, reason) {
 				continue
 			}
 			start, _ := g.geo.BestStart(mig.Occupancy{}, p)
-			d := s.migDevice(gi, p, start, "", Sharing{})
-			sh := s.shareFor(ch.mode, d.compute, Sharing{Mode: Dynamic})
-			c, r := s.finishNew(n, ch, rank, cand{kind: kindSwitch, dev: -1, gpu: gi, profile: p, start: start,
-				enable: true, created: true, destroy: []int{g.whole}}, d.memMiB, d.compute, sh, lockedShare(g.geo, p))
+			c, r := s.switchAt(n, gi, p, start, ch, rank)
 			if r == rOK && (bestR != rOK || s.better(&c, &best)) {
 				best, bestR = c, r
 			} else if bestR != rOK && r > bestR {
 				bestR = r
+			}
+			if r == rOK && n.allStarts {
+				for _, st := range g.geo.Shapes[p].Starts {
+					if st != start {
+						if c, r := s.switchAt(n, gi, p, st, ch, rank); r == rOK {
+							n.alts = append(n.alts, c)
+						}
+					}
+				}
 			}
 		}
 		return best, bestR
@@ -552,6 +592,16 @@ func (s *State) trySwitch(n *need, gi int, ch choice, rank int) (cand, reason) {
 	sh := s.shareFor(ch.mode, 100, Sharing{Mode: Dynamic})
 	return s.finishNew(n, ch, rank, cand{kind: kindSwitch, dev: -1, gpu: gi, profile: -1, disable: true,
 		created: true, destroy: append([]int(nil), g.inst...)}, g.model.MemoryMiB, 100, sh, lockedUnits)
+}
+
+// switchAt is a mode switch's candidate turning MIG on with profile p
+// at start.
+func (s *State) switchAt(n *need, gi, p, start int, ch choice, rank int) (cand, reason) {
+	g := &s.gpus[gi]
+	d := s.migDevice(gi, p, start, "", Sharing{})
+	sh := s.shareFor(ch.mode, d.compute, Sharing{Mode: Dynamic})
+	return s.finishNew(n, ch, rank, cand{kind: kindSwitch, dev: -1, gpu: gi, profile: p, start: start,
+		enable: true, created: true, destroy: []int{g.whole}}, d.memMiB, d.compute, sh, lockedShare(g.geo, p))
 }
 
 func (c *cand) String() string {

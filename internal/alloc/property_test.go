@@ -279,6 +279,18 @@ func (p *placer) bestConstrainedScan(n *need, cons []Constraint, rest []step, a 
 			}
 		}
 	}
+	if !found { // as bestConstrained: other candidates on every unit
+		var units []int
+		if perGPU {
+			units = make([]int, len(s.gpus))
+		} else {
+			units = make([]int, len(s.nodes))
+		}
+		for u := range units {
+			units[u] = u
+		}
+		return p.alternatives(n, rest, a, perGPU, units)
+	}
 	return best, found
 }
 

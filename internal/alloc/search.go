@@ -297,7 +297,11 @@ func (s *State) gpuCandidatesWhy(n *need, gi int, ch choice, rank int, k kind) (
 				far = max(far, r)
 			}
 			for _, p := range ps {
-				note(s.tryCreate(n, gi, p, ch, rank))
+				c, r := s.tryCreate(n, gi, p, ch, rank)
+				note(c, r)
+				if r == rOK && n.allStarts {
+					out = append(out, s.otherStarts(n, gi, p, ch, rank)...)
+				}
 			}
 		}
 	case kindEvict:
@@ -314,6 +318,10 @@ func (s *State) gpuCandidatesWhy(n *need, gi int, ch choice, rank int, k kind) (
 		}
 	case kindSwitch:
 		note(s.trySwitch(n, gi, ch, rank))
+		if n.allStarts {
+			out = append(out, n.alts...)
+			n.alts = nil
+		}
 	}
 	return out, far
 }

@@ -10,6 +10,7 @@ import (
 	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/ext"
 
 	"github.com/gpuslice/gpuslice/internal/quantity"
 )
@@ -34,9 +35,38 @@ import (
 // isQuantity(s), and on a value compareTo, isGreaterThan, isLessThan,
 // asInteger. A quantity() literal that does not parse is an error when
 // the selector is compiled.
+//
+// The string, set, list, two-variable comprehension and binding
+// extensions of Kubernetes' CEL base environment are in too
+// ('...'.lowerAscii(), sets.contains, cel.bind, ...); the libraries that
+// live in Kubernetes (regex find, semver, ip, url, format) are added by
+// the Kubernetes edge with AddSelectorLibraries.
 const driverName = "gpu.nvidia.com"
 
+var (
+	extraMu  sync.Mutex
+	extraLib []cel.EnvOption
+	envBuilt bool
+)
+
+// AddSelectorLibraries adds CEL environment options (libraries) to the
+// selector environment. It must be called before the first selector is
+// compiled (an init function); later calls return an error.
+func AddSelectorLibraries(opts ...cel.EnvOption) error {
+	extraMu.Lock()
+	defer extraMu.Unlock()
+	if envBuilt {
+		return fmt.Errorf("alloc: selector libraries added after the first selector was compiled")
+	}
+	extraLib = append(extraLib, opts...)
+	return nil
+}
+
 var celEnv = sync.OnceValues(func() (*cel.Env, error) {
+	extraMu.Lock()
+	envBuilt = true
+	extra := extraLib
+	extraMu.Unlock()
 	compare := func(a, b ref.Val) int64 {
 		x, y := a.(types.Int), b.(types.Int)
 		switch {
@@ -47,7 +77,12 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 		}
 		return 0
 	}
-	return cel.NewEnv(
+	return cel.NewEnv(append([]cel.EnvOption{
+		ext.Strings(ext.StringsVersion(2)),
+		ext.Sets(),
+		ext.Lists(ext.ListsVersion(3)),
+		ext.TwoVarComprehensions(),
+		ext.Bindings(ext.BindingsVersion(0)),
 		cel.Variable("device", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Variable("node", cel.MapType(cel.StringType, cel.DynType)),
 		cel.Function("quantity", cel.Overload("quantity_string", []*cel.Type{cel.StringType}, cel.IntType,
@@ -71,7 +106,7 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 			cel.BinaryBinding(func(a, b ref.Val) ref.Val { return types.Bool(compare(a, b) < 0) }))),
 		cel.Function("asInteger", cel.MemberOverload("int_asInteger", []*cel.Type{cel.IntType}, cel.IntType,
 			cel.UnaryBinding(func(v ref.Val) ref.Val { return v }))),
-	)
+	}, extra...)...)
 })
 
 // checkQuantities reports the first quantity('…') literal that does not

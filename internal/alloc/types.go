@@ -154,8 +154,19 @@ type Request struct {
 // share a Node or a parent GPU, like DRA's matchAttribute.
 type Constraint struct {
 	Requests []string `json:"requests,omitempty"`
-	Match    string   `json:"match"` // "node" or "gpu"
+	Match    string   `json:"match"` // "node", "gpu", "attribute" or "distinct"
+	// Attribute is the device attribute (as selectors name it: parentUUID,
+	// model, index, ...) whose value the devices share (match attribute)
+	// or all differ in (match distinct), like DRA's matchAttribute and
+	// distinctAttribute.
+	Attribute string `json:"attribute,omitempty"`
 }
+
+// Constraint matches beyond one node or GPU.
+const (
+	MatchAttribute = "attribute"
+	MatchDistinct  = "distinct"
+)
 
 // Allocation is the answer for one claim.
 type Allocation struct {

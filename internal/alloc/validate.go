@@ -108,8 +108,17 @@ func validateClaim(c *Claim, compile func(string) error) error {
 		bad("requests", "%d MPS devices: an MPS client talks to one control daemon, so a claim takes at most one MPS device", mpsDevices)
 	}
 	for i, con := range c.Constraints {
-		if con.Match != "node" && con.Match != "gpu" {
-			bad(fmt.Sprintf("constraints[%d].match", i), "%q: want node or gpu%s", con.Match, didYouMean(con.Match, "node", "gpu"))
+		switch con.Match {
+		case "node", "gpu":
+			if con.Attribute != "" {
+				bad(fmt.Sprintf("constraints[%d].attribute", i), "%q: only match attribute or distinct name an attribute", con.Attribute)
+			}
+		case MatchAttribute, MatchDistinct:
+			if con.Attribute == "" {
+				bad(fmt.Sprintf("constraints[%d].attribute", i), "match %s needs the attribute", con.Match)
+			}
+		default:
+			bad(fmt.Sprintf("constraints[%d].match", i), "%q: want node, gpu, attribute or distinct%s", con.Match, didYouMean(con.Match, "node", "gpu"))
 		}
 		for j, rn := range con.Requests {
 			if !names[rn] && (len(c.Requests) != 1 || c.Requests[0].Name != rn) {

@@ -70,7 +70,9 @@ func ClaimName(rc *resourceapi.ResourceClaim) string { return rc.Namespace + "/"
 //
 // What DRA can say and this cannot yet is an error naming the field:
 // prioritized lists (firstAvailable), allocationMode All, admin access,
-// constraints other than one GPU, gpuslice classes mixed with others.
+// gpuslice classes mixed with others. Constraints (matchAttribute,
+// distinctAttribute) on gpuslice's attributes are kept across the
+// requests they name (all when empty).
 func ToClaim(rc *resourceapi.ResourceClaim, priority int) (alloc.Claim, error) {
 	c := alloc.Claim{Name: ClaimName(rc), Tenant: rc.Namespace, Priority: priority}
 	field := func(i int, rest string) string { return fmt.Sprintf("spec.devices.requests[%d]%s", i, rest) }
@@ -157,19 +159,34 @@ func ToClaim(rc *resourceapi.ResourceClaim, priority int) (alloc.Claim, error) {
 	}
 	c.Constraints = []alloc.Constraint{{Match: "node"}}
 	for i, con := range rc.Spec.Devices.Constraints {
-		if con.MatchAttribute == nil {
-			continue
-		}
-		a := string(*con.MatchAttribute)
-		if a != dradriver.DriverName+"/parentUUID" && a != dradriver.DriverName+"/uuid" {
-			return c, fmt.Errorf("ResourceClaim %s: spec.devices.constraints[%d].matchAttribute %q: gpuslice-scheduler keeps devices together on one GPU (%s/parentUUID) or one node (always)", c.Name, i, a, dradriver.DriverName)
-		}
 		for _, r := range con.Requests {
 			if !slices.Contains(names, r) {
 				return c, fmt.Errorf("ResourceClaim %s: spec.devices.constraints[%d].requests: no request %q", c.Name, i, r)
 			}
 		}
-		c.Constraints = append(c.Constraints, alloc.Constraint{Requests: con.Requests, Match: "gpu"})
+		var full, fld string
+		match := alloc.MatchAttribute
+		switch {
+		case con.MatchAttribute != nil:
+			full, fld = string(*con.MatchAttribute), "matchAttribute"
+		case con.DistinctAttribute != nil:
+			full, fld, match = string(*con.DistinctAttribute), "distinctAttribute", alloc.MatchDistinct
+		default:
+			return c, fmt.Errorf("ResourceClaim %s: spec.devices.constraints[%d]: neither matchAttribute nor distinctAttribute; gpuslice-scheduler supports those two", c.Name, i)
+		}
+		// As Kubernetes looks attributes up: domain/name, where the
+		// driver's own attributes are published under its domain.
+		domain, name, ok := strings.Cut(full, "/")
+		if !ok || domain != dradriver.DriverName || !slices.Contains(knownAttributes, name) {
+			return c, fmt.Errorf("ResourceClaim %s: spec.devices.constraints[%d].%s %q: gpuslice devices have %s/<name> for name in %s",
+				c.Name, i, fld, full, dradriver.DriverName, strings.Join(knownAttributes, ", "))
+		}
+		if match == alloc.MatchAttribute && name == "parentUUID" {
+			// one physical GPU: the allocator's fast path
+			c.Constraints = append(c.Constraints, alloc.Constraint{Requests: con.Requests, Match: "gpu"})
+			continue
+		}
+		c.Constraints = append(c.Constraints, alloc.Constraint{Requests: con.Requests, Match: match, Attribute: name})
 	}
 	if err := alloc.ValidateClaim(&c); err != nil {
 		return c, fmt.Errorf("ResourceClaim %s: %w", c.Name, err)
@@ -182,13 +199,16 @@ func ToClaim(rc *resourceapi.ResourceClaim, priority int) (alloc.Claim, error) {
 // device.driver comparisons) becomes the one the allocator's model uses.
 // Attributes the allocator cannot read are refused.
 func selector(expr string) (string, error) {
+	if err := compileDRA(expr); err != nil {
+		return "", err
+	}
 	out := expr
 	for _, q := range []string{`"`, `'`} {
 		out = strings.ReplaceAll(out, q+dradriver.DriverName+q, q+allocDriver+q)
 	}
 	attrs, caps, err := alloc.SelectorNames(out)
 	if err != nil {
-		return "", err
+		return "", asWritten(err, out, expr)
 	}
 	for _, a := range attrs {
 		if !slices.Contains(knownAttributes, a) {
@@ -201,7 +221,7 @@ func selector(expr string) (string, error) {
 		}
 	}
 	if _, err := alloc.CompileSelector(out); err != nil {
-		return "", err
+		return "", asWritten(err, out, expr)
 	}
 	return out, nil
 }
