@@ -181,3 +181,33 @@ func migModels(t testing.TB) map[string]*Geometry {
 	}
 	return out
 }
+
+// room counts the distinct multisets of non-+me profiles that some valid
+// layout adds to l: every layout of the oracle that contains l and adds
+// only non-+me instances, keyed by what it adds.
+func (o *oracle) room(l []bfInst) int {
+	have := map[bfInst]bool{}
+	for _, a := range l {
+		have[a] = true
+	}
+	seen := map[string]bool{}
+	for _, full := range o.all {
+		n := 0
+		var added []bfInst
+		ok := true
+		for _, a := range full {
+			switch {
+			case have[a]:
+				n++
+			case o.g.Shapes[a.p].ME:
+				ok = false
+			default:
+				added = append(added, a)
+			}
+		}
+		if ok && n == len(l) {
+			seen[o.multiset(added)] = true
+		}
+	}
+	return len(seen)
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"strings"
+	"sync"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
 )
@@ -44,6 +45,8 @@ type Geometry struct {
 	free [][]uint8
 	// best[k] is the highest Capacity of any valid layout using k slices.
 	best []int
+	// room caches Room by occupancy (Occupancy → int).
+	room *sync.Map
 }
 
 // New builds the geometry of a MIG-capable catalog model.
@@ -87,7 +90,7 @@ func NewFromShapes(model string, slices, compute, maxInstances int, shapes []Sha
 		maxInstances = slices
 	}
 	geo := &Geometry{Model: model, Slices: slices, ComputeSlices: compute, MaxInstances: maxInstances,
-		byName: make(map[string]int, len(shapes))}
+		byName: make(map[string]int, len(shapes)), room: &sync.Map{}}
 	for i := range shapes {
 		s := shapes[i]
 		if s.Size <= 0 || s.Size > slices {

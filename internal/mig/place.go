@@ -34,7 +34,8 @@ type Placement struct {
 
 // Place chooses the start for a new instance of profile want on a GPU that
 // already holds have: among the allowed starts that fit, the one that keeps
-// Capacity highest; ties go to the lowest start. have must be valid.
+// Room highest, then Capacity; ties go to the lowest start. have must be
+// valid.
 func (g *Geometry) Place(have Layout, want string) (Placement, error) {
 	o, err := g.Occupancy(have)
 	if err != nil {
@@ -57,22 +58,25 @@ func (g *Geometry) Place(have Layout, want string) (Placement, error) {
 }
 
 // BestStart is Place's core on an occupancy: the allowed start of profile p
-// that keeps Capacity highest (lowest start on ties). It allocates nothing.
+// that keeps Room highest, then Capacity (lowest start on ties). It is the
+// one placement rule gpuslice has; the allocator calls it too.
 func (g *Geometry) BestStart(o Occupancy, p int) (start int, ok bool) {
 	s := &g.Shapes[p]
 	if !g.countsAllow(&o, p) {
 		return 0, false
 	}
-	bestCap := -1
+	bestRoom, bestCap := -1, -1
 	for si, m := range s.masks {
 		if o.Mask&m != 0 {
 			continue
 		}
-		if c := g.Capacity(g.Add(o, p, s.Starts[si])); c > bestCap {
-			bestCap, start = c, s.Starts[si]
+		after := g.Add(o, p, s.Starts[si])
+		r, c := g.Room(after), g.Capacity(after)
+		if r > bestRoom || (r == bestRoom && c > bestCap) {
+			bestRoom, bestCap, start = r, c, s.Starts[si]
 		}
 	}
-	return start, bestCap >= 0
+	return start, bestRoom >= 0
 }
 
 // noFit explains, start by start, why profile p does not fit.

@@ -115,17 +115,20 @@ func TestPlaceMatchesBruteForce(t *testing.T) {
 			for _, have := range samples(o, rng, 400) {
 				hl := o.toLayout(have)
 				for p, s := range g.Shapes {
-					bestCap, feasible := -1, map[int]int{}
+					// Best is the highest (Room, Capacity), lowest start on ties.
+					bestRoom, bestCap, bestStart, feasible := -1, -1, -1, map[int][2]int{}
 					for _, st := range s.Starts {
 						next := append(slices.Clone(have), bfInst{p, st})
 						if o.valid(next) {
-							c := o.capacity(next)
-							feasible[st] = c
-							bestCap = max(bestCap, c)
+							r, c := o.room(next), o.capacity(next)
+							feasible[st] = [2]int{r, c}
+							if r > bestRoom || (r == bestRoom && c > bestCap) {
+								bestRoom, bestCap, bestStart = r, c, st
+							}
 						}
 					}
 					got, err := g.Place(hl, s.Name)
-					if bestCap < 0 {
+					if bestStart < 0 {
 						if !IsNoFit(err) {
 							t.Fatalf("Place(%s, %s) = %v, %v; brute force: no start fits", hl, s.Name, got, err)
 						}
@@ -134,9 +137,8 @@ func TestPlaceMatchesBruteForce(t *testing.T) {
 					if err != nil {
 						t.Fatalf("Place(%s, %s): %v; brute force fits at %v", hl, s.Name, err, feasible)
 					}
-					c, ok := feasible[got.Instance.Start]
-					if !ok || c != bestCap || got.Capacity != bestCap {
-						t.Fatalf("Place(%s, %s) = %+v; brute force capacities by start %v (best %d)", hl, s.Name, got, feasible, bestCap)
+					if got.Instance.Start != bestStart || got.Capacity != bestCap {
+						t.Fatalf("Place(%s, %s) = %+v; brute force (room, capacity) by start %v (best %d)", hl, s.Name, got, feasible, bestStart)
 					}
 				}
 			}

@@ -63,7 +63,15 @@ func dnsPart(s string) string {
 // Devices are ordered smallest first, and among placements of one profile
 // the highest start first: the stock allocator takes the first device
 // that fits, and this order keeps the low slices free for the big
-// profiles (KEP-4815's advice, and what gpuslice's own allocator does).
+// profiles (KEP-4815's advice).
+//
+// No static order serves every small-first arrival: on an A100 1g,1g,1g,4g
+// needs the 1g devices in slices 4-6 and 1g,1g,2g,3g needs them in 0-3, and
+// first-fit always takes a profile's first free device in this order (see
+// mig.Geometry.Room and its tests). Highest start first keeps 4g@0 and
+// 3g@0; it loses 1g,1g,2g,3g and 2g,2g,3g. Lowest start first would keep
+// those and lose 1g×3→4g and 2g→4g. gpuslice's own allocator places by
+// Room, which a fixed order cannot express.
 //
 // Slices publishes one untainted shared device per GPU (no tenant
 // isolation with the stock scheduler); SlicesFor with
