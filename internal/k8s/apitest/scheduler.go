@@ -230,16 +230,23 @@ func schedulerConfig(opts SchedulerOptions, kubeconfig string) ([]byte, error) {
 
 // writeKubeconfig writes a kubeconfig for s's client certificate.
 func writeKubeconfig(path string, s *Server) error {
-	b64 := base64.StdEncoding.EncodeToString
 	tc := s.Config.TLSClientConfig
+	return s.WriteKubeconfig(path, tc.CertData, tc.KeyData)
+}
+
+// WriteKubeconfig writes a kubeconfig (mode 0600) for the server with the
+// given client certificate and key, e.g. from ClientCert, or the admin's
+// (Config.CertData, Config.KeyData).
+func (s *Server) WriteKubeconfig(path string, certPEM, keyPEM []byte) error {
+	b64 := base64.StdEncoding.EncodeToString
 	cfg := map[string]any{
 		"apiVersion":      "v1",
 		"kind":            "Config",
 		"current-context": "apitest",
 		"clusters": []any{map[string]any{"name": "apitest", "cluster": map[string]any{
-			"server": s.URL, "certificate-authority-data": b64(tc.CAData)}}},
+			"server": s.URL, "certificate-authority-data": b64(s.Config.TLSClientConfig.CAData)}}},
 		"users": []any{map[string]any{"name": "apitest", "user": map[string]any{
-			"client-certificate-data": b64(tc.CertData), "client-key-data": b64(tc.KeyData)}}},
+			"client-certificate-data": b64(certPEM), "client-key-data": b64(keyPEM)}}},
 		"contexts": []any{map[string]any{"name": "apitest", "context": map[string]any{
 			"cluster": "apitest", "user": "apitest"}}},
 	}

@@ -23,9 +23,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 )
@@ -300,7 +297,7 @@ func LaunchCluster(ctx context.Context, tmp string, opts Options) (*Cluster, fun
 		return nil, stop, err
 	}
 	c.Kubeconfig = filepath.Join(tmp, "admin.kubeconfig")
-	if err := writeKubeconfig(c.Kubeconfig, api.Config, api.Config.CertData, api.Config.KeyData); err != nil {
+	if err := api.WriteKubeconfig(c.Kubeconfig, api.Config.CertData, api.Config.KeyData); err != nil {
 		return nil, stop, err
 	}
 
@@ -472,7 +469,7 @@ func startNode(ctx context.Context, api *apitest.Server, s *slot, root string, o
 	if err != nil {
 		return nil, err
 	}
-	if err := writeKubeconfig(filepath.Join(root, "kubelet.kubeconfig"), api.Config, certPEM, keyPEM); err != nil {
+	if err := api.WriteKubeconfig(filepath.Join(root, "kubelet.kubeconfig"), certPEM, keyPEM); err != nil {
 		return nil, err
 	}
 
@@ -662,17 +659,6 @@ func tail(path string, n int64) string {
 	}
 	b, _ := io.ReadAll(f)
 	return string(b)
-}
-
-// writeKubeconfig writes a kubeconfig for cfg's server with the given
-// client pair.
-func writeKubeconfig(path string, cfg *rest.Config, certPEM, keyPEM []byte) error {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["gpuslice"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
-	kc.Contexts["gpuslice"] = &clientcmdapi.Context{Cluster: "gpuslice", AuthInfo: "user"}
-	kc.CurrentContext = "gpuslice"
-	return clientcmd.WriteToFile(*kc, path)
 }
 
 // Slot is the node's slot number (its names and addresses, docs/realnode.md).
