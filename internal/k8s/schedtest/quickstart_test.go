@@ -33,10 +33,12 @@ import (
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 )
 
-// quickstartDir holds NVIDIA's quickstart and extended-resource specs
-// (github.com/NVIDIA/k8s-dra-driver-gpu demo/specs), each with only the
-// class names, the attribute domain and the config driver renamed to
-// gpuslice's (the header of each file says what).
+// quickstartDir holds the shapes of NVIDIA's quickstart and
+// extended-resource examples (github.com/NVIDIA/k8s-dra-driver-gpu
+// demo/specs) written out in our own form for gpuslice's classes: the same
+// namespaces, requests, selectors, constraints, opaque configs, replica
+// counts and extended-resource limits, with our own pods and containers
+// (the header of each file says which example it follows).
 const quickstartDir = "testdata/quickstart"
 
 // qsEnv is the control plane the quickstart subtests share: one API
@@ -78,9 +80,10 @@ var quickstartSpecs = []struct {
 	{file: "extended-mig-1g-12gb.yaml", check: checkMIG1g12gb, gh200: true},
 }
 
-// TestNVIDIAQuickstartOnBothSchedulers applies each of NVIDIA's quickstart
-// specs (classes renamed, nothing else) as a user would, on two fresh
-// simulated DGX-A100 nodes (eight A100-40GB each, MIG-capable), under the
+// TestNVIDIAQuickstartOnBothSchedulers applies the shape of each of
+// NVIDIA's quickstart examples (see quickstartDir) as a user would, on two
+// fresh simulated DGX-A100 nodes (eight A100-40GB each, MIG-capable, not
+// tainted, so the specs carry no tolerations), under the
 // stock kube-scheduler's default profile and under gpuslice-scheduler
 // (the pods' schedulerName set to it, the one change a user makes), and
 // checks every pod is bound, every claim allocated, and the allocation
