@@ -27,9 +27,9 @@ import (
 // draDriverCmd runs the node side of the DRA driver: the kubelet plugin.
 func draDriverCmd(e *env) *cobra.Command {
 	var (
-		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen, xidNoSchedule, tenants string
-		watchInterval, memoryGrace                                                                                                        time.Duration
-		tenantIsolation, watchNamespaces, migBinding                                                                                      bool
+		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen, xidNoSchedule, tenants, noTenantNS string
+		watchInterval, memoryGrace                                                                                                                    time.Duration
+		tenantIsolation, watchNamespaces, migBinding                                                                                                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
@@ -74,8 +74,11 @@ shared device is published once per tenant, tainted gpuslice.dev/tenant=<tenant>
 all copies consuming the whole GPU's counters, so one GPU never serves two tenants while claims
 of one tenant share it; "gpuslice dra-webhook" (/mutate-claims) gives each claim its tenant's
 toleration. The tenants are --tenants and, with --watch-namespaces, every namespace's (its
-gpuslice.dev/tenant label, else its name), at most 128 per node. --tenant-isolation=false
-publishes one untainted shared device per GPU.
+gpuslice.dev/tenant label, else its name), at most 128 per node, except namespaces without
+copies: kube-system, kube-public, kube-node-lease, those in --no-tenant-namespaces and those
+labelled gpuslice.dev/tenant-copies=false (a namespace labelled gpuslice.dev/tenant-copies=true,
+or whose tenant is in --tenants, always has copies; a copy an allocated claim holds stays until
+it is released). --tenant-isolation=false publishes one untainted shared device per GPU.
 
 Without an NVIDIA driver (or with --simulate) it runs on simulated GPUs whose MIG layout is kept
 in --state-dir. Their MPS devices get gpuslice's simulated control daemon (<state-dir>/bin/
@@ -99,6 +102,10 @@ outside the process by writing requests to <state-dir>/` + FaultDirName + ` ("gp
 			static, err := dradriver.ParseTenants(tenants)
 			if err != nil {
 				return fmt.Errorf("--tenants: %w", err)
+			}
+			noCopies, err := dradriver.ParseNamespaces(noTenantNS)
+			if err != nil {
+				return fmt.Errorf("--no-tenant-namespaces: %w", err)
 			}
 			if !tenantIsolation && (static != nil || cmd.Flags().Changed("watch-namespaces") && watchNamespaces) {
 				return errors.New("--tenants and --watch-namespaces need --tenant-isolation")
@@ -137,7 +144,7 @@ outside the process by writing requests to <state-dir>/` + FaultDirName + ` ("gp
 					return fmt.Errorf("--mig-minors: %w", err)
 				}
 			}
-			opts := draplugin.RunOptions{REST: rest, WatchInterval: watchInterval, WatchNamespaces: watchNamespaces}
+			opts := draplugin.RunOptions{REST: rest, WatchInterval: watchInterval, WatchNamespaces: watchNamespaces, NoTenantNamespaces: noCopies}
 			if metricsListen != "" {
 				ln, err := net.Listen("tcp", metricsListen)
 				if err != nil {
@@ -169,6 +176,7 @@ outside the process by writing requests to <state-dir>/` + FaultDirName + ` ("gp
 	f.BoolVar(&tenantIsolation, "tenant-isolation", true, "publish each shared GPU once per tenant, tainted with the tenant (false: one untainted shared device per GPU)")
 	f.StringVar(&tenants, "tenants", "", "comma-separated tenants to publish shared GPUs for (with --tenant-isolation)")
 	f.BoolVar(&watchNamespaces, "watch-namespaces", true, "also publish shared GPUs for every namespace's tenant (gpuslice.dev/tenant label, else its name)")
+	f.StringVar(&noTenantNS, "no-tenant-namespaces", "", "comma-separated namespaces whose tenant gets no shared GPUs from --watch-namespaces, beside kube-system, kube-public, kube-node-lease (a namespace labelled "+dradriver.TenantCopiesKey+"=true still gets them)")
 	f.StringVar(&xidNoSchedule, "xid-noschedule", joinXIDs(dradriver.DefaultNoScheduleXIDs),
 		"non-fatal XIDs that taint the GPU's devices NoSchedule (comma-separated, or none); fatal XIDs always taint NoExecute")
 	f.BoolVar(&migBinding, "mig-binding-conditions", true, "publish MIG devices with binding conditions and create their instances before the pod binds (needs Kubernetes 1.36: DRADeviceBindingConditions; false: created at prepare)")

@@ -26,7 +26,10 @@ import (
 // simulated GPUs (dgx-a100) on a ready Node it publishes the node's
 // ResourceSlices through the kubelet-plugin helper — nine, plus the
 // tenants' copies of the shared GPUs: --tenants and every namespace's
-// tenant (by label or name), following a namespace created later —,
+// tenant (by label or name), following a namespace created later, none
+// for the system namespaces, --no-tenant-namespaces or a namespace
+// labelled gpuslice.dev/tenant-copies=false (withdrawn when it is so
+// relabelled, unless a claim holds it; back when the label goes) —,
 // with MIG devices under binding conditions (the default), opens the
 // registration socket the kubelet watches, taints a GPU on a fault
 // written to its fault directory by `gpuslice dra simulate-fault` and
@@ -75,7 +78,8 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 	cmd := New(&out, &errOut)
 	cmd.SetArgs([]string{"dra-driver", "--simulate", "dgx-a100", "--node", "gpu-1", "--kubeconfig", kc,
 		"--state-dir", filepath.Join(dir, "state"), "--registrar-dir", filepath.Join(dir, "reg"), "--cdi-dir", filepath.Join(dir, "cdi"),
-		"--mps-root", filepath.Join(dir, "mps"), "--metrics-listen", "127.0.0.1:0", "--tenants", "team-a,team-b"})
+		"--mps-root", filepath.Join(dir, "mps"), "--metrics-listen", "127.0.0.1:0", "--tenants", "team-a,team-b",
+		"--no-tenant-namespaces", "infra"})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(runCtx) }()
@@ -107,8 +111,12 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 		}
 		return copies == len(tenants), len(list.Items)
 	}
-	// The API server's own namespaces are tenants too.
-	tenants := []string{"team-a", "team-b", "team-ml", "default", "kube-system", "kube-public", "kube-node-lease"}
+	if err := srv.EnsureNamespace(ctx, "infra"); err != nil {
+		t.Fatal(err)
+	}
+	// The API server's own namespaces get no copies (default does), nor
+	// does infra (--no-tenant-namespaces).
+	tenants := []string{"team-a", "team-b", "team-ml", "default"}
 	for {
 		ok, n := published(tenants...)
 		_, sockErr := os.Stat(filepath.Join(dir, "reg", "gpu.gpuslice.dev-reg.sock"))
@@ -195,6 +203,40 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	// Relabelled gpuslice.dev/tenant-copies=false, late loses its copies
+	// and ml its tenant team-ml2's; team-ml's, which the claim holds,
+	// stays. Without the label, late's copies return.
+	copiesLabel := func(name, value string) {
+		ns, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if value == "" {
+			delete(ns.Labels, dradriver.TenantCopiesKey)
+		} else {
+			ns.Labels[dradriver.TenantCopiesKey] = value
+		}
+		if _, err := cs.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(what string, want []string) {
+		for {
+			if ok, _ := published(want...); ok {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: want copies for exactly %v\n%s", what, want, errOut.String())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	copiesLabel("late", "false")
+	copiesLabel("ml", "false")
+	waitFor("late and ml labelled tenant-copies=false", tenants)
+	copiesLabel("late", "")
+	waitFor("late's label removed", append(tenants, "late"))
 	// MPS devices get the simulated control daemon: a link to this
 	// (multicall) binary in the state directory.
 	link, err := os.Stat(filepath.Join(dir, "state", "bin", "nvidia-cuda-mps-control"))

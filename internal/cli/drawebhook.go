@@ -17,12 +17,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/k8s/drawebhook"
 )
 
 // draWebhookCmd serves the validating admission webhook for claims.
 func draWebhookCmd(e *env) *cobra.Command {
-	var listen, certFile, keyFile, selfSignedDir, schedulerName, kubeconfig string
+	var listen, certFile, keyFile, selfSignedDir, schedulerName, kubeconfig, tenants, noTenantNS string
 	var dnsNames []string
 	cmd := &cobra.Command{
 		Use:   "dra-webhook",
@@ -49,7 +50,12 @@ On ` + drawebhook.ClaimPath + ` it is a mutating webhook for ResourceClaims and 
 toleration of its tenant's copies of the shared GPUs (gpuslice.dev/tenant=<tenant>:NoSchedule,
 published by "gpuslice dra-driver --tenants"), and a claim that tolerates another tenant's taint
 is refused. The tenant is the namespace's gpuslice.dev/tenant label, read from the API server
-with --kubeconfig ("in-cluster" for the pod's ServiceAccount); without it, the namespace's name.`,
+with --kubeconfig ("in-cluster" for the pod's ServiceAccount); without it, the namespace's name.
+A claim asking for the shared class in a namespace without tenant copies (kube-system,
+kube-public, kube-node-lease, --no-tenant-namespaces, or labelled gpuslice.dev/tenant-copies=false,
+unless its tenant is in --tenants or it is labelled gpuslice.dev/tenant-copies=true) is refused:
+no driver publishes shared GPUs for it. Give --tenants and --no-tenant-namespaces the values the
+drivers have (the chart does).`,
 		Example: "  gpuslice dra-webhook --tls-cert /tls/tls.crt --tls-key /tls/tls.key\n  gpuslice dra-webhook --tls-self-signed /tmp/wh --dns-name gpuslice-webhook.gpuslice.svc --listen 127.0.0.1:8443",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -81,13 +87,20 @@ with --kubeconfig ("in-cluster" for the pod's ServiceAccount); without it, the n
 			if err != nil {
 				return fmt.Errorf("--listen %s: %w", listen, err)
 			}
-			var tenant drawebhook.TenantFunc
+			var copies drawebhook.Copies
+			if copies.Tenants, err = dradriver.ParseTenants(tenants); err != nil {
+				return fmt.Errorf("--tenants: %w", err)
+			}
+			if copies.NoTenantNamespaces, err = dradriver.ParseNamespaces(noTenantNS); err != nil {
+				return fmt.Errorf("--no-tenant-namespaces: %w", err)
+			}
+			var namespace drawebhook.NamespaceFunc
 			if kubeconfig != "" {
-				if tenant, err = drawebhook.KubeconfigTenant(kubeconfig); err != nil {
+				if namespace, err = drawebhook.KubeconfigNamespace(kubeconfig); err != nil {
 					return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 				}
 			}
-			srv := &http.Server{Handler: drawebhook.Handler(log, schedulerName, tenant), ReadHeaderTimeout: 10 * time.Second,
+			srv := &http.Server{Handler: drawebhook.Handler(log, schedulerName, namespace, copies), ReadHeaderTimeout: 10 * time.Second,
 				TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -110,6 +123,8 @@ with --kubeconfig ("in-cluster" for the pod's ServiceAccount); without it, the n
 	cmd.Flags().StringVar(&selfSignedDir, "tls-self-signed", "", "write (once) and use a self-signed certificate in this directory")
 	cmd.Flags().StringVar(&schedulerName, "scheduler-name", "gpuslice-scheduler", "schedulerName set on GPU pods by "+drawebhook.PodPath+` ("" serves claims only)`)
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", `read namespaces' gpuslice.dev/tenant label through this kubeconfig ("in-cluster": the pod's ServiceAccount); empty: the tenant is the namespace's name`)
+	cmd.Flags().StringVar(&tenants, "tenants", "", "the drivers' --tenants: a namespace of one of these tenants may claim shared GPUs whatever its name or labels")
+	cmd.Flags().StringVar(&noTenantNS, "no-tenant-namespaces", "", "the drivers' --no-tenant-namespaces: claims for shared GPUs in these namespaces are refused (as in kube-system, kube-public, kube-node-lease)")
 	cmd.Flags().StringSliceVar(&dnsNames, "dns-name", nil, "DNS names for the self-signed certificate (the Service: NAME.NAMESPACE.svc)")
 	return cmd
 }

@@ -199,6 +199,7 @@ driver:
   resources: {limits: {memory: 256Mi}}
   extraArgs: [--mig-minors=/proc/driver/nvidia-caps/mig-minors]
   tenants: [team-a, team-b]
+  noTenantNamespaces: [infra, batch-system]
   xidNoSchedule: [63, 92]
 scheduler:
   placement: spread
@@ -229,6 +230,7 @@ func TestValuesRefused(t *testing.T) {
 		{`driver: {memoryGrace: 30}`, `at '/driver/memoryGrace'`},
 		{`driver: {kubeletDir: var/lib/kubelet}`, `at '/driver/kubeletDir'`},
 		{`driver: {xidNoSchedule: [abc]}`, `at '/driver/xidNoSchedule/0'`},
+		{`driver: {noTenantNamespaces: [Team_A]}`, `at '/driver/noTenantNamespaces/0'`},
 		// the templates' own checks (schema cannot say "required when").
 		{`webhook: {tls: {mode: certManager}}`, `webhook.tls.certManager.issuerRef.name is required`},
 		{`webhook: {tls: {mode: secret, caBundle: eA==}}`, `webhook.tls.secretName is required`},

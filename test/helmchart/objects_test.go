@@ -290,6 +290,12 @@ func checkDriver(t *testing.T, r rendered, vals map[string]any) {
 	if d, ok := vals["driver"].(map[string]any); ok && d["tenants"] != nil && isolation(vals) && !slices.Contains(args, "--tenants=team-a,team-b") {
 		t.Errorf("driver args %v: want --tenants=team-a,team-b", args)
 	}
+	if isolation(vals) && !slices.Contains(args, "--no-tenant-namespaces="+noTenantNamespaces(vals, r.ns)) {
+		t.Errorf("driver args %v: want --no-tenant-namespaces=%s", args, noTenantNamespaces(vals, r.ns))
+	}
+	if !isolation(vals) && slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--no-tenant-namespaces") }) {
+		t.Errorf("driver args %v: --no-tenant-namespaces without tenant isolation", args)
+	}
 	if d, ok := vals["driver"].(map[string]any); ok && d["xidNoSchedule"] != nil && !slices.Contains(args, "--xid-noschedule=63,92") {
 		t.Errorf("driver args %v: want --xid-noschedule=63,92", args)
 	}
@@ -382,6 +388,10 @@ func checkWebhook(t *testing.T, r rendered, vals map[string]any) {
 	want := []string{"dra-webhook", "--tls-cert=/tls/tls.crt", "--tls-key=/tls/tls.key", "--listen=:8443"}
 	if isolation(vals) {
 		want = append(want, "--kubeconfig=in-cluster")
+		if d, ok := vals["driver"].(map[string]any); ok && d["tenants"] != nil {
+			want = append(want, "--tenants=team-a,team-b")
+		}
+		want = append(want, "--no-tenant-namespaces="+noTenantNamespaces(vals, r.ns))
 		checkTenantWebhook(t, r, name)
 	}
 	if schedulerOn(vals) {
@@ -571,6 +581,52 @@ func checkScheduler(t *testing.T, r rendered, vals map[string]any) {
 	}
 	if fmt.Sprint(*dep.Spec.Replicas) != str("replicas", "1") {
 		t.Errorf("scheduler replicas %d", *dep.Spec.Replicas)
+	}
+}
+
+// noTenantNamespaces is the --no-tenant-namespaces the driver and the
+// webhook get: driver.noTenantNamespaces and the release's namespace ns
+// (unless default), sorted.
+func noTenantNamespaces(vals map[string]any, ns string) string {
+	var out []string
+	if d, ok := vals["driver"].(map[string]any); ok {
+		if l, ok := d["noTenantNamespaces"].([]any); ok {
+			for _, n := range l {
+				out = append(out, n.(string))
+			}
+		}
+	}
+	if ns != "default" {
+		out = append(out, ns)
+	}
+	slices.Sort(out)
+	return strings.Join(slices.Compact(out), ",")
+}
+
+// A release in default leaves default's tenant its copies (users' pods
+// live there); one elsewhere excludes its own namespace.
+func TestNoTenantNamespacesRelease(t *testing.T) {
+	for ns, want := range map[string]string{"default": "--no-tenant-namespaces=infra", "gpu-ops": "--no-tenant-namespaces=gpu-ops,infra"} {
+		vals := overrides(t, "driver: {noTenantNamespaces: [infra, infra]}")
+		docs, err := render(t, "gs", ns, vals)
+		if err != nil {
+			t.Fatalf("render: %v", err)
+		}
+		r := decodeAll(t, ns, docs)
+		for _, key := range []string{"DaemonSet/gs-gpuslice-driver", "Deployment/gs-gpuslice-webhook"} {
+			var args []string
+			switch o := r.objs[key].(type) {
+			case *appsv1.DaemonSet:
+				args = o.Spec.Template.Spec.Containers[0].Args
+			case *appsv1.Deployment:
+				args = o.Spec.Template.Spec.Containers[0].Args
+			default:
+				t.Fatalf("%s: %T", key, o)
+			}
+			if !slices.Contains(args, want) {
+				t.Errorf("release in %s: %s args %v, want %s", ns, key, args, want)
+			}
+		}
 	}
 }
 

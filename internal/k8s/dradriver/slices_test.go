@@ -311,7 +311,7 @@ func TestTenantsOf(t *testing.T) {
 		}
 		return n
 	}
-	kept, dropped := TenantsOf([]*corev1.Namespace{ns("b", ""), ns("b-batch", "b"), ns("x", "team-x")}, []string{"a", "b"})
+	kept, dropped := TenantsOf([]*corev1.Namespace{ns("b", ""), ns("b-batch", "b"), ns("x", "team-x")}, []string{"a", "b"}, nil)
 	if strings.Join(kept, ",") != "a,b,team-x" || len(dropped) != 0 {
 		t.Fatalf("kept %v dropped %v", kept, dropped)
 	}
@@ -319,9 +319,72 @@ func TestTenantsOf(t *testing.T) {
 	for i := range MaxTenants + 2 {
 		many = append(many, ns(fmt.Sprintf("ns-%03d", i), ""))
 	}
-	kept, dropped = TenantsOf(many, nil)
+	kept, dropped = TenantsOf(many, nil, nil)
 	if len(kept) != MaxTenants || strings.Join(dropped, ",") != "ns-128,ns-129" {
 		t.Fatalf("%d kept, dropped %v", len(kept), dropped)
+	}
+}
+
+// TenantCopies: the rule of which namespaces' tenants get copies, case by case.
+func TestTenantCopiesRule(t *testing.T) {
+	ns := func(name string, labels ...string) *corev1.Namespace {
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+		for i := 0; i+1 < len(labels); i += 2 {
+			n.Labels[labels[i]] = labels[i+1]
+		}
+		return n
+	}
+	static, excluded := []string{"kube-system", "team-s"}, []string{"gpuslice", "infra"}
+	for _, c := range []struct {
+		ns   *corev1.Namespace
+		want bool
+		why  string
+	}{
+		{ns("default"), true, ""},
+		{ns("team-a"), true, ""},
+		{ns("kube-public"), false, "Kubernetes system namespace"},
+		{ns("kube-node-lease"), false, "Kubernetes system namespace"},
+		{ns("kube-system"), true, ""}, // named in static
+		{ns("gpuslice"), false, "--no-tenant-namespaces"},
+		{ns("infra", TenantKey, "team-s"), true, ""},           // its tenant is static
+		{ns("infra", TenantCopiesKey, "true"), true, ""},       // the label overrides the flag
+		{ns("kube-public", TenantCopiesKey, "true"), true, ""}, // and the built-in list
+		{ns("team-b", TenantCopiesKey, "false"), false, "labelled gpuslice.dev/tenant-copies=false"},
+		{ns("team-b", TenantCopiesKey, "False"), true, ""},                      // only "false" and "true" mean anything
+		{ns("team-c", TenantKey, "team-s", TenantCopiesKey, "false"), true, ""}, // static wins over the label
+	} {
+		got, why := TenantCopies(c.ns, static, excluded)
+		if got != c.want || !strings.Contains(why, c.why) || (got && why != "") {
+			t.Errorf("%s %v: %v %q, want %v %q", c.ns.Name, c.ns.Labels, got, why, c.want, c.why)
+		}
+	}
+	if _, err := ParseNamespaces("a, b,,a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ParseNamespaces(" b,a,b "); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("ParseNamespaces: %v", got)
+	}
+	if _, err := ParseNamespaces("Team_A"); err == nil {
+		t.Fatal("ParseNamespaces accepted Team_A")
+	}
+}
+
+// A fresh cluster's namespaces: only default and the users' get copies;
+// a held copy stays whatever the namespace says.
+func TestTenantsOfSkipsSystemNamespaces(t *testing.T) {
+	var nss []*corev1.Namespace
+	for _, n := range []string{"default", "kube-system", "kube-public", "kube-node-lease", "gpuslice", "team-a", "team-b"} {
+		nss = append(nss, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+	off := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-off", Labels: map[string]string{TenantCopiesKey: "false"}}}
+	nss = append(nss, off)
+	kept, dropped := TenantsOf(nss, nil, []string{"gpuslice"})
+	if !slices.Equal(kept, []string{"default", "team-a", "team-b"}) || dropped != nil {
+		t.Fatalf("kept %v dropped %v", kept, dropped)
+	}
+	kept, _ = TenantsHolding(nss, nil, []string{"gpuslice"}, []string{"team-off"})
+	if !slices.Equal(kept, []string{"default", "team-a", "team-b", "team-off"}) {
+		t.Fatalf("held team-off: kept %v", kept)
 	}
 }
 
@@ -393,11 +456,11 @@ func TestTenantsHolding(t *testing.T) {
 	for i := range MaxTenants {
 		static = append(static, fmt.Sprintf("a-%03d", i))
 	}
-	kept, dropped := TenantsHolding(nil, static, []string{"zz-held"})
+	kept, dropped := TenantsHolding(nil, static, nil, []string{"zz-held"})
 	if len(kept) != MaxTenants || !slices.Contains(kept, "zz-held") || !slices.Equal(dropped, []string{fmt.Sprintf("a-%03d", MaxTenants-1)}) {
 		t.Fatalf("kept %d (held in: %v), dropped %v", len(kept), slices.Contains(kept, "zz-held"), dropped)
 	}
-	kept, dropped = TenantsHolding([]*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}}, nil, []string{"old"})
+	kept, dropped = TenantsHolding([]*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}}, nil, nil, []string{"old"})
 	if !slices.Equal(kept, []string{"ns", "old"}) || dropped != nil {
 		t.Fatalf("kept %v dropped %v", kept, dropped)
 	}

@@ -17,6 +17,77 @@ import (
 // taint on each tenant's copy of a shared GPU.
 const TenantKey = "gpuslice.dev/tenant"
 
+// TenantCopiesKey is the namespace label that turns its tenant copies off
+// ("false") or on ("true", even for a namespace excluded by name):
+// see TenantCopies.
+const TenantCopiesKey = "gpuslice.dev/tenant-copies"
+
+// SystemNamespaces get no tenant copies unless their tenant is named in
+// the driver's --tenants or they are labelled gpuslice.dev/tenant-copies:
+// "true": Kubernetes' own namespaces, where nothing claims GPUs, each of
+// which would otherwise add one shared device per GPU to every node.
+// (default is not one: users do put workloads there.)
+var SystemNamespaces = []string{"kube-system", "kube-public", "kube-node-lease"}
+
+// TenantCopies says whether the tenant of namespace ns (TenantOf) gets
+// copies of the shared GPUs on the driver's behalf, and why not when it
+// does not. The rule, first match wins:
+//
+//  1. its tenant is in static (the driver's --tenants): copies;
+//  2. labelled gpuslice.dev/tenant-copies "true": copies;
+//  3. labelled gpuslice.dev/tenant-copies "false": none;
+//  4. its name is in SystemNamespaces or in excluded (the driver's
+//     --no-tenant-namespaces): none;
+//  5. otherwise: copies.
+//
+// The driver publishes no copies for a tenant only no namespace gives
+// copies to (unless a claim holds one: TenantsHolding); the webhook
+// refuses shared-GPU claims in a namespace without copies. Pure.
+func TenantCopies(ns *corev1.Namespace, static, excluded []string) (bool, string) {
+	if slices.Contains(static, TenantOf(ns)) {
+		return true, ""
+	}
+	switch ns.Labels[TenantCopiesKey] {
+	case "true":
+		return true, ""
+	case "false":
+		return false, fmt.Sprintf("namespace %s is labelled %s=false", ns.Name, TenantCopiesKey)
+	}
+	if slices.Contains(SystemNamespaces, ns.Name) {
+		return false, fmt.Sprintf("namespace %s is a Kubernetes system namespace", ns.Name)
+	}
+	if slices.Contains(excluded, ns.Name) {
+		return false, fmt.Sprintf("namespace %s is in the driver's --no-tenant-namespaces", ns.Name)
+	}
+	return true, ""
+}
+
+// HowToEnableCopies is what a refusal for a namespace without copies
+// says to do.
+func HowToEnableCopies(ns string) string {
+	return fmt.Sprintf("to give it shared GPUs, label it %s=true (kubectl label namespace %s %s=true --overwrite), or name its tenant in the driver's --tenants (chart: driver.tenants)",
+		TenantCopiesKey, ns, TenantCopiesKey)
+}
+
+// ParseNamespaces reads a comma-separated namespace list (the driver's
+// --no-tenant-namespaces): blanks dropped, duplicates merged, each a
+// DNS label; sorted.
+func ParseNamespaces(s string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(p); len(errs) > 0 {
+			return nil, fmt.Errorf("namespace %q: %s", p, strings.Join(errs, "; "))
+		}
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
 // AttrTenant is the device attribute naming the tenant a shared copy is
 // for (selectors may read it; the taint is what enforces it).
 const AttrTenant = "tenant"
@@ -179,20 +250,24 @@ func AllocatedTenants(claims []*resourceapi.ResourceClaim, pool string) []string
 }
 
 // TenantsOf is the tenants a node publishes copies for: static (the
-// driver's --tenants) and the tenant of every namespace (TenantOf), in
-// name order, the first MaxTenants kept and the rest returned as dropped
+// driver's --tenants) and the tenant of every namespace TenantCopies
+// gives copies (excluded: the driver's --no-tenant-namespaces), in name
+// order, the first MaxTenants kept and the rest returned as dropped
 // (their claims find no shared GPU: they wait, they never mix). Names that
 // are no valid tenant are dropped too. Pure.
-func TenantsOf(namespaces []*corev1.Namespace, static []string) (kept, dropped []string) {
-	return TenantsHolding(namespaces, static, nil)
+func TenantsOf(namespaces []*corev1.Namespace, static, excluded []string) (kept, dropped []string) {
+	return TenantsHolding(namespaces, static, excluded, nil)
 }
 
 // TenantsHolding is TenantsOf with held (AllocatedTenants) kept first:
-// a tenant whose copy a claim holds is never the one dropped for room.
-func TenantsHolding(namespaces []*corev1.Namespace, static, held []string) (kept, dropped []string) {
+// a tenant whose copy a claim holds is never the one dropped for room,
+// nor for a namespace without copies (TenantCopies).
+func TenantsHolding(namespaces []*corev1.Namespace, static, excluded, held []string) (kept, dropped []string) {
 	all := slices.Clone(static)
 	for _, ns := range namespaces {
-		all = append(all, TenantOf(ns))
+		if ok, _ := TenantCopies(ns, static, excluded); ok {
+			all = append(all, TenantOf(ns))
+		}
 	}
 	all = append(all, held...)
 	slices.Sort(all)

@@ -34,8 +34,14 @@ type RunOptions struct {
 	// copies of the shared GPUs for the tenant of every namespace
 	// (dradriver.TenantsOf: its gpuslice.dev/tenant label, else its
 	// name) beside Config.Isolation.Tenants, following namespaces as they
-	// come, go and are relabelled.
+	// come, go and are relabelled; except the namespaces
+	// dradriver.TenantCopies gives none (the system namespaces, those
+	// labelled gpuslice.dev/tenant-copies=false, NoTenantNamespaces).
 	WatchNamespaces bool
+	// NoTenantNamespaces are namespaces whose tenant gets no copies
+	// beside dradriver.SystemNamespaces (dra-driver
+	// --no-tenant-namespaces).
+	NoTenantNamespaces []string
 }
 
 // Run starts the driver (New, Start), serves metrics and runs the
@@ -66,7 +72,7 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) error {
 		}
 	}
 	if opts.WatchNamespaces && cfg.Isolation.TenantIsolation {
-		stopTenants, err := watchTenants(ctx, d, cfg.Kube, cfg.Isolation.Tenants, d.cfg.Log)
+		stopTenants, err := watchTenants(ctx, d, cfg.Kube, cfg.Isolation.Tenants, opts.NoTenantNamespaces, d.cfg.Log)
 		if err != nil {
 			return err
 		}
@@ -99,11 +105,13 @@ func Run(ctx context.Context, cfg Config, opts RunOptions) error {
 
 // watchTenants follows the cluster's namespaces (and the claims holding
 // tenant copies of this node's shared GPUs: dradriver.AllocatedTenants)
-// and sets the driver's tenants to static plus theirs after every change
+// and sets the driver's tenants to static plus theirs (those
+// dradriver.TenantCopies gives copies, excluded beside the system
+// namespaces) after every change
 // (changes coalesce: one recomputation covers all that came before it). It returns once the
 // namespaces are listed and the first set is published, with stop, which
 // ends the watch and waits until nothing more is published or logged.
-func watchTenants(parent context.Context, d *Driver, kube kubernetes.Interface, static []string, log *slog.Logger) (stop func(), err error) {
+func watchTenants(parent context.Context, d *Driver, kube kubernetes.Interface, static, excluded []string, log *slog.Logger) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(parent)
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	done := make(chan struct{})
@@ -155,7 +163,7 @@ func watchTenants(parent context.Context, d *Driver, kube kubernetes.Interface, 
 			return err
 		}
 		held := dradriver.AllocatedTenants(claims, d.cfg.Node)
-		kept, dropped := dradriver.TenantsHolding(nss, static, held)
+		kept, dropped := dradriver.TenantsHolding(nss, static, excluded, held)
 		if len(dropped) > 0 {
 			log.Warn("tenants without copies of the shared GPUs: their shared claims wait", "dropped", dropped, "max", dradriver.MaxTenants)
 		}

@@ -51,7 +51,7 @@ func newIsolationCluster(t *testing.T, opts dradriver.Options, nodes, gpus int, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
-	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "", LabelTenant(cs)))
+	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "", ReadNamespace(cs), Copies{}))
 	t.Cleanup(ts.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
 	fail, none := admissionregv1.Fail, admissionregv1.SideEffectClassNone

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -26,28 +28,32 @@ import (
 // taint) is refused.
 const ClaimPath = "/mutate-claims"
 
-// TenantFunc names the tenant of a namespace.
-type TenantFunc func(ctx context.Context, namespace string) (string, error)
+// NamespaceFunc reads a namespace: its labels name its tenant
+// (gpuslice.dev/tenant) and say whether it has tenant copies
+// (gpuslice.dev/tenant-copies).
+type NamespaceFunc func(ctx context.Context, namespace string) (*corev1.Namespace, error)
 
-// NamespaceTenant is the tenant without the API server: the namespace's
-// name.
-func NamespaceTenant(_ context.Context, namespace string) (string, error) { return namespace, nil }
+// NamespaceByName is a namespace without the API server: its name only,
+// no labels (the tenant is the name; system namespaces and
+// --no-tenant-namespaces still have no copies).
+func NamespaceByName(_ context.Context, namespace string) (*corev1.Namespace, error) {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, nil
+}
 
-// LabelTenant reads the namespace from the API server: its
-// gpuslice.dev/tenant label, else its name (dradriver.TenantOf).
-func LabelTenant(cs kubernetes.Interface) TenantFunc {
-	return func(ctx context.Context, namespace string) (string, error) {
+// ReadNamespace reads the namespace from the API server.
+func ReadNamespace(cs kubernetes.Interface) NamespaceFunc {
+	return func(ctx context.Context, namespace string) (*corev1.Namespace, error) {
 		ns, err := cs.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
 		if err != nil {
-			return "", fmt.Errorf("reading namespace %s for its %s label: %w", namespace, dradriver.TenantKey, err)
+			return nil, fmt.Errorf("reading namespace %s for its %s and %s labels: %w", namespace, dradriver.TenantKey, dradriver.TenantCopiesKey, err)
 		}
-		return dradriver.TenantOf(ns), nil
+		return ns, nil
 	}
 }
 
-// KubeconfigTenant is LabelTenant over the API server kubeconfig names
-// ("in-cluster": the pod's ServiceAccount; a path: that file).
-func KubeconfigTenant(kubeconfig string) (TenantFunc, error) {
+// KubeconfigNamespace is ReadNamespace over the API server kubeconfig
+// names ("in-cluster": the pod's ServiceAccount; a path: that file).
+func KubeconfigNamespace(kubeconfig string) (NamespaceFunc, error) {
 	path := kubeconfig
 	if path == "in-cluster" {
 		path = ""
@@ -60,7 +66,75 @@ func KubeconfigTenant(kubeconfig string) (TenantFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return LabelTenant(cs), nil
+	return ReadNamespace(cs), nil
+}
+
+// Copies is what the driver was told about tenant copies (the chart
+// gives both the same values): its --tenants and --no-tenant-namespaces,
+// for dradriver.TenantCopies.
+type Copies struct {
+	Tenants            []string
+	NoTenantNamespaces []string
+}
+
+// AdmitClaim decides one AdmissionRequest on ClaimPath for a claim or
+// template in namespace ns: refused when ns has no tenant copies
+// (dradriver.TenantCopies) and a request can only be served by the
+// shared class (its claim would find no shared GPU and wait forever),
+// else IsolateClaim for ns's tenant. Pure.
+func AdmitClaim(req *admissionv1.AdmissionRequest, ns *corev1.Namespace, c Copies) *admissionv1.AdmissionResponse {
+	resp := IsolateClaim(req, dradriver.TenantOf(ns))
+	ok, why := dradriver.TenantCopies(ns, c.Tenants, c.NoTenantNamespaces)
+	if !resp.Allowed || ok {
+		return resp
+	}
+	spec, field, _, err := claimSpec(req)
+	if err != nil || spec == nil {
+		return resp
+	}
+	var shared []string
+	for i, r := range spec.Devices.Requests {
+		f := fmt.Sprintf("%s.devices.requests[%d]", field, i)
+		switch {
+		case r.Exactly != nil && r.Exactly.DeviceClassName == dradriver.ClassShared:
+			shared = append(shared, f+".exactly")
+		case len(r.FirstAvailable) > 0 && !slices.ContainsFunc(r.FirstAvailable, func(s resourceapi.DeviceSubRequest) bool {
+			return s.DeviceClassName != dradriver.ClassShared
+		}):
+			shared = append(shared, f+".firstAvailable")
+		}
+	}
+	if len(shared) == 0 {
+		return resp
+	}
+	return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden,
+		Reason: metav1.StatusReasonForbidden,
+		Message: fmt.Sprintf("%s: %s asks for %s, but %s, so no node publishes shared GPUs for its tenant %q and the claim would wait forever; %s",
+			dradriver.DriverName, strings.Join(shared, ", "), dradriver.ClassShared, why, dradriver.TenantOf(ns), dradriver.HowToEnableCopies(ns.Name))}}
+}
+
+// claimSpec decodes the spec of a ResourceClaim or ResourceClaimTemplate
+// CREATE (nil for any other request), with its field and JSON-patch
+// paths.
+func claimSpec(req *admissionv1.AdmissionRequest) (*resourceapi.ResourceClaimSpec, string, string, error) {
+	if req.Operation != admissionv1.Create || req.Resource.Group != resourceapi.GroupName || req.SubResource != "" {
+		return nil, "", "", nil
+	}
+	switch req.Resource.Resource {
+	case "resourceclaims":
+		var c resourceapi.ResourceClaim
+		if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
+			return nil, "", "", fmt.Errorf("ResourceClaim: %v", err)
+		}
+		return &c.Spec, "spec", "/spec", nil
+	case "resourceclaimtemplates":
+		var c resourceapi.ResourceClaimTemplate
+		if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
+			return nil, "", "", fmt.Errorf("ResourceClaimTemplate: %v", err)
+		}
+		return &c.Spec.Spec, "spec.spec", "/spec/spec", nil
+	}
+	return nil, "", "", nil
 }
 
 // IsolateClaim decides one AdmissionRequest on ClaimPath for a claim or
@@ -88,22 +162,11 @@ func IsolateClaim(req *admissionv1.AdmissionRequest, tenant string) *admissionv1
 	default:
 		return resp
 	}
-	var spec *resourceapi.ResourceClaimSpec
-	field, path := "spec", "/spec"
-	switch req.Resource.Resource {
-	case "resourceclaims":
-		var c resourceapi.ResourceClaim
-		if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
-			return deny(http.StatusBadRequest, fmt.Sprintf("ResourceClaim: %v", err))
-		}
-		spec = &c.Spec
-	case "resourceclaimtemplates":
-		var c resourceapi.ResourceClaimTemplate
-		if err := json.Unmarshal(req.Object.Raw, &c); err != nil {
-			return deny(http.StatusBadRequest, fmt.Sprintf("ResourceClaimTemplate: %v", err))
-		}
-		spec, field, path = &c.Spec.Spec, "spec.spec", "/spec/spec"
-	default:
+	spec, field, path, err := claimSpec(req)
+	if err != nil {
+		return deny(http.StatusBadRequest, err.Error())
+	}
+	if spec == nil {
 		return resp
 	}
 	if err := dradriver.CheckTenant(tenant); err != nil {

@@ -34,7 +34,7 @@ const v1beta1Template = `{"apiVersion":"resource.k8s.io/v1beta1","kind":"Resourc
 // another tenant's toleration. Registered with matchPolicy: Equivalent,
 // the API server converts to v1 first.
 func TestWebhookRefusesVersionsOtherThanV1(t *testing.T) {
-	h := Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler", nil)
+	h := Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler", nil, Copies{})
 	send := func(path string, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		t.Helper()
 		body, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: req})

@@ -116,13 +116,13 @@ func unservedVersion(req *admissionv1.AdmissionRequest) string {
 }
 
 // Handler serves AdmissionReviews (admission.k8s.io/v1): claims on Path
-// (validating), claims on ClaimPath (mutating: the tenant's toleration,
-// the tenant named by tenant; nil: NamespaceTenant), and pods on PodPath
-// (mutating: schedulerName set to schedulerName; "" leaves PodPath
-// unserved).
-func Handler(log *slog.Logger, schedulerName string, tenant TenantFunc) http.Handler {
-	if tenant == nil {
-		tenant = NamespaceTenant
+// (validating), claims on ClaimPath (mutating: AdmitClaim, the namespace
+// read by namespace (nil: NamespaceByName), copies as the drivers were
+// told), and pods on PodPath (mutating: schedulerName set to
+// schedulerName; "" leaves PodPath unserved).
+func Handler(log *slog.Logger, schedulerName string, namespace NamespaceFunc, copies Copies) http.Handler {
+	if namespace == nil {
+		namespace = NamespaceByName
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST "+Path, serve(log, Review))
@@ -131,12 +131,12 @@ func Handler(log *slog.Logger, schedulerName string, tenant TenantFunc) http.Han
 			if req.Operation != admissionv1.Create || req.Resource.Group != resourceapi.GroupName || req.SubResource != "" {
 				return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 			}
-			tn, err := tenant(r.Context(), req.Namespace)
+			ns, err := namespace(r.Context(), req.Namespace)
 			if err != nil {
 				return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Status: metav1.StatusFailure,
 					Code: http.StatusServiceUnavailable, Message: dradriver.DriverName + ": " + err.Error()}}
 			}
-			return IsolateClaim(req, tn)
+			return AdmitClaim(req, ns, copies)
 		})(w, r)
 	})
 	if schedulerName != "" {

@@ -66,7 +66,7 @@ func review(t *testing.T, h http.Handler, resource string, obj any, op admission
 }
 
 func TestHandler(t *testing.T) {
-	h := Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler", nil)
+	h := Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler", nil, Copies{})
 	if r := review(t, h, "resourceclaims", claim("a", "ok", "shared.gpuslice.dev", goodMPS), admissionv1.Create); !r.Allowed {
 		t.Fatalf("good claim denied: %+v", r.Result)
 	}
@@ -100,7 +100,7 @@ func TestHandler(t *testing.T) {
 // a context bounding the test.
 func startWebhook(t *testing.T) (*apitest.Server, *httptest.Server, []byte, *kubernetes.Clientset, context.Context) {
 	srv := apitest.Start(t)
-	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler", nil))
+	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler", nil, Copies{}))
 	t.Cleanup(ts.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
 	cs, err := kubernetes.NewForConfig(srv.Config)

@@ -32,3 +32,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "gpuslice.webhookSecret" -}}
 {{- .Values.webhook.tls.secretName | default (printf "%s-tls" (include "gpuslice.webhookName" .)) -}}
 {{- end -}}
+
+{{/* The driver's and the webhook's --no-tenant-namespaces: driver.noTenantNamespaces and the release's namespace (nothing of the chart's there claims GPUs), unless that is default, where users' workloads live. */}}
+{{- define "gpuslice.noTenantNamespaces" -}}
+{{- $ns := concat (list) (.Values.driver.noTenantNamespaces | default list) -}}
+{{- if ne .Release.Namespace "default" -}}
+{{- $ns = append $ns .Release.Namespace -}}
+{{- end -}}
+{{- $ns | uniq | sortAlpha | join "," -}}
+{{- end -}}
