@@ -6,8 +6,13 @@
 #   ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/gpuslice-scheduler/gpuslice-scheduler
 #
 # The binary is rebuilt on every run: the Go build cache makes a run with
-# nothing changed take seconds; the first build compiles kube-scheduler
-# and takes several minutes on 2 cores. A lock stops two runs writing the
+# nothing changed take seconds. The module selects the control plane tools
+# module's version of every module kube-scheduler compiles (the exclude
+# block in its go.mod), and both scripts build with the same flags
+# (-trimpath, CGO_ENABLED=0), so after scripts/controlplane.sh the first
+# build compiles only gpuslice's packages and links (seconds); with a cold
+# Go build cache it compiles kube-scheduler (minutes on 2 cores), which the
+# control plane's build then reuses. A lock stops two runs writing the
 # binary at once. internal/k8s/apitest.GpusliceSchedulerBinary finds it.
 #
 #   bin=$(scripts/gpuslice-scheduler.sh)   # progress goes to stderr
@@ -33,7 +38,7 @@ flock -w "${LOCK_TIMEOUT:-3600}" 9 || die "timed out waiting for the lock on $di
 # so --version and the API server's skew checks read v1.36.3.
 v=k8s.io/component-base/version
 start=$SECONDS
-log "building $mod (the first build compiles kube-scheduler: minutes)"
+log "building $mod (seconds after scripts/controlplane.sh; minutes with a cold Go build cache)"
 (cd "$mod" && GOWORK=off CGO_ENABLED=0 GOFLAGS="-buildvcs=false -mod=readonly" go build -trimpath \
   -ldflags "-s -w -X $v.gitVersion=v1.36.3 -X $v.gitMajor=1 -X $v.gitMinor=36 -X $v.gitTreeState=clean" \
   -o "$dir/gpuslice-scheduler.new" .) || die "go build failed in $mod"

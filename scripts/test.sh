@@ -53,13 +53,17 @@ else
 fi
 
 phase "gpuslice-scheduler: build it (cmd/gpuslice-scheduler, its own go.mod), vet its module and run its plugin's unit tests"
-# kube-scheduler v1.36.3 with gpuslice's plugin; the first build compiles
-# kube-scheduler (minutes), later ones take seconds. internal/k8s/schedtest
-# runs the binary against the control plane (GPUSLICE_SCHEDULER_BIN
-# overrides it; skipped with the API server tests).
+# kube-scheduler v1.36.3 with gpuslice's plugin; it reuses the control
+# plane's compiled kube-scheduler packages, so it builds in seconds.
+# internal/k8s/schedtest runs the binary against the control plane
+# (GPUSLICE_SCHEDULER_BIN overrides it; skipped with the API server tests).
+# vet and test with the build's flags (-trimpath, CGO_ENABLED=0) compile
+# against those same packages too, instead of compiling kube-scheduler's
+# tree a second time (BENCHMARKS.md, "Build times").
 if [ "${GPUSLICE_SKIP_APISERVER:-}" != 1 ]; then
   export GPUSLICE_SCHEDULER_BIN="$(scripts/gpuslice-scheduler.sh)"
-  (cd cmd/gpuslice-scheduler && GOWORK=off GOFLAGS=-mod=readonly go vet ./... && GOWORK=off GOFLAGS=-mod=readonly go test -count=1 ./...)
+  (cd cmd/gpuslice-scheduler && export GOWORK=off GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0 &&
+    go vet ./... && go test -count=1 ./...)
 else
   echo "   skipped (GPUSLICE_SKIP_APISERVER=1)"
 fi
