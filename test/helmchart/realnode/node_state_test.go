@@ -1,6 +1,7 @@
 package realnode
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -165,7 +166,9 @@ func (e *env) waitRunning(t *testing.T, ns, name string, timeout time.Duration) 
 // driverPod returns the driver DaemonSet's pod and its container's id.
 func (e *env) driverPod(t *testing.T) (*corev1.Pod, string) {
 	t.Helper()
-	pods, err := e.c.Clientset.CoreV1().Pods(ReleaseNS).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=driver"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // also from cleanups
+	defer cancel()
+	pods, err := e.c.Clientset.CoreV1().Pods(ReleaseNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=driver"})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("the driver pod: %v (%d pods)", err, len(pods.Items))
 	}

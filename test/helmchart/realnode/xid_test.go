@@ -1,10 +1,8 @@
 package realnode
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,37 +14,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// fault writes a fault request for the simulated driver into its fault
-// directory on the node (<state-dir>/faults, a root-only hostPath; what
-// `gpuslice dra simulate-fault` writes) and waits for its outcome.
-func (e *env) fault(t *testing.T, name string, req map[string]any) {
+// fault runs `gpuslice dra simulate-fault ARGS` inside the driver's
+// container (ctr task exec on the node: what `kubectl exec` into the driver
+// pod does), which writes the request into the driver's fault directory
+// (<state-dir>/faults, a root-only hostPath) and waits for its outcome.
+func (e *env) fault(t *testing.T, args ...string) {
 	t.Helper()
-	dir := filepath.Join(e.pluginDir(), "faults")
-	data, err := json.Marshal(req)
+	_, cid := e.driverPod(t)
+	if cid == "" {
+		t.Fatal("the driver's container is not running")
+	}
+	argv := append([]string{"task", "exec", "--exec-id", fmt.Sprintf("fault-%d", time.Now().UnixNano()), cid,
+		"/gpuslice", "dra", "simulate-fault"}, args...)
+	// Not t.Context(): the recoveries run in cleanups, after it ended.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := e.c.Node.Ctr(ctx, argv...)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("gpuslice dra simulate-fault %s: %v", strings.Join(args, " "), err)
 	}
-	tmp := filepath.Join(dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		t.Fatalf("writing the fault request: %v", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, name+".json")); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, name+".done")); err == nil {
-			t.Logf("fault %s %s: %s", name, data, strings.TrimSpace(string(b)))
-			return
-		}
-		if b, err := os.ReadFile(filepath.Join(dir, name+".error")); err == nil {
-			t.Fatalf("fault %s %s refused: %s", name, data, b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fault %s %s not applied after 1m", name, data)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	t.Logf("simulate-fault %s: %s", strings.Join(args, " "), strings.TrimSpace(string(out)))
 }
 
 // gpuOf returns the index of the whole GPU a pod's claim was allocated
@@ -134,11 +121,11 @@ func (e *env) testXIDEvictsAndHealth(t *testing.T) {
 	steady := e.waitRunning(t, ns, "steady", 3*time.Minute)
 	steadyGPU, _ := e.gpuOf(t, steady)
 
-	e.fault(t, "xid79-trainer", map[string]any{"gpu": gpu, "xid": 79})
-	e.fault(t, "xid79-steady", map[string]any{"gpu": steadyGPU, "xid": 79})
+	e.fault(t, "--gpu", strconv.Itoa(gpu), "--xid", "79")
+	e.fault(t, "--gpu", strconv.Itoa(steadyGPU), "--xid", "79")
 	t.Cleanup(func() {
-		e.fault(t, "recover-trainer", map[string]any{"gpu": gpu, "recover": true})
-		e.fault(t, "recover-steady", map[string]any{"gpu": steadyGPU, "recover": true})
+		e.fault(t, "--gpu", strconv.Itoa(gpu), "--recover")
+		e.fault(t, "--gpu", strconv.Itoa(steadyGPU), "--recover")
 	})
 
 	// Evicted, and replaced on another GPU.
