@@ -238,21 +238,40 @@ func (e *env) testWholeGPU(t *testing.T) {
 	}
 }
 
-// testTwoPodsShareOneClaim: one ResourceClaim named by two pods running at
-// once: both get the same GPU.
+// testTwoPodsShareOneClaim: one ResourceClaim named by two pods, both
+// running at the same time on the same GPU.
 func (e *env) testTwoPodsShareOneClaim(t *testing.T) {
-	// Each pod waits for the other's marker on the shared hostname-less
-	// channel: both must be running at the same time; simplest is to
-	// hold both for a few seconds and compare what they were given.
+	ctx := t.Context()
 	w := workload{ns: "share", name: "a", claims: []resourcev1.ResourceClaim{claim("gpu", "gpu.gpuslice.dev")},
-		refs: []corev1.PodResourceClaim{ref("gpu")}, script: showEnv + "sleep 3"}
+		refs: []corev1.PodResourceClaim{ref("gpu")}, script: showEnv + "exec sleep 600"}
 	e.start(t, w)
 	w.name, w.claims = "b", nil
 	e.start(t, w)
-	a, b := envOf(e.waitDone(t, "share", "a", 3*time.Minute)), envOf(e.waitDone(t, "share", "b", 3*time.Minute))
-	if a["CUDA_VISIBLE_DEVICES"] == "" || a["CUDA_VISIBLE_DEVICES"] != b["CUDA_VISIBLE_DEVICES"] {
-		t.Errorf("pods of one claim got GPUs %q and %q, want the same one", a["CUDA_VISIBLE_DEVICES"], b["CUDA_VISIBLE_DEVICES"])
+	e.waitRunning(t, "share", "a", 3*time.Minute)
+	e.waitRunning(t, "share", "b", 3*time.Minute)
+	// Both hold the claim at once.
+	rc, err := e.c.Clientset.ResourceV1().ResourceClaims("share").Get(ctx, "gpu", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if len(rc.Status.ReservedFor) != 2 {
+		t.Errorf("the claim is reserved for %d consumers, want both pods: %+v", len(rc.Status.ReservedFor), rc.Status.ReservedFor)
+	}
+	gpus := map[string]string{}
+	for _, name := range []string{"a", "b"} {
+		var log []byte
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			log, err = e.c.Clientset.CoreV1().Pods("share").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err == nil && strings.Contains(string(log), "CUDA_VISIBLE_DEVICES=") || time.Now().After(deadline) {
+				break
+			}
+		}
+		gpus[name] = envOf(string(log))["CUDA_VISIBLE_DEVICES"]
+	}
+	if gpus["a"] == "" || gpus["a"] != gpus["b"] {
+		t.Errorf("pods of one claim got GPUs %q and %q, want the same one", gpus["a"], gpus["b"])
+	}
+	e.deleteAll(t, "share")
 }
 
 // testMemoryShares: claims on shared.gpuslice.dev asking for memory as
