@@ -569,8 +569,12 @@ func (p *process) stop() {
 }
 
 // tail returns up to the last n bytes of the process's log.
-func (p *process) tail(n int64) string {
-	f, err := os.Open(p.log)
+func (p *process) tail(n int64) string { return TailFile(p.log, n) }
+
+// TailFile returns up to the last n bytes of the file at path ("" when it
+// cannot be read): the end of a component's log for a failure message.
+func TailFile(path string, n int64) string {
+	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}

@@ -6,7 +6,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -622,7 +621,7 @@ func (n *Node) Ctr(ctx context.Context, args ...string) ([]byte, error) {
 func (n *Node) Logs(max int64) string {
 	var b strings.Builder
 	for _, f := range []string{"node.log", "import.log", "containerd.log", "kubelet.log"} {
-		fmt.Fprintf(&b, "--- node %s (tail):\n%s\n", f, tail(filepath.Join(n.Root, f), max))
+		fmt.Fprintf(&b, "--- node %s (tail):\n%s\n", f, apitest.TailFile(filepath.Join(n.Root, f), max))
 	}
 	return b.String()
 }
@@ -646,19 +645,6 @@ func (n *Node) stop() string {
 		}
 	}
 	return logs
-}
-
-func tail(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > n {
-		_, _ = f.Seek(st.Size()-n, io.SeekStart)
-	}
-	b, _ := io.ReadAll(f)
-	return string(b)
 }
 
 // Slot is the node's slot number (its names and addresses, docs/realnode.md).
