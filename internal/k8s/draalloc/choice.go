@@ -3,6 +3,7 @@ package draalloc
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -337,7 +338,21 @@ func (c *Claim) try(s *alloc.State, nd *NodeDevices, choice []int, accept func(*
 	}
 	a, err := s.Allocate(&flat)
 	if err != nil {
-		return nil, err
+		var alls []string
+		for i, r := range c.reqs {
+			if al := &r.alts[choice[i]]; al.all {
+				alls = append(alls, al.describe()+" matches "+al.matched(flat))
+			}
+		}
+		if len(alls) == 0 {
+			return nil, err
+		}
+		why := err.Error()
+		var nf *alloc.NoFitError
+		if errors.As(err, &nf) && nd != nil && nf.PerNode[nd.Node.Name] != "" {
+			why = nf.PerNode[nd.Node.Name]
+		}
+		return nil, fmt.Errorf("%s on node %s: they cannot all be allocated: %s", strings.Join(alls, "; "), nd.Node.Name, expandedName.ReplaceAllString(why, ""))
 	}
 	if accept != nil {
 		if why := accept(a); why != "" {
@@ -350,6 +365,29 @@ func (c *Claim) try(s *alloc.State, nd *NodeDevices, choice []int, accept func(*
 		a.Devices[i].Request, _, _ = strings.Cut(a.Devices[i].Request, "#")
 	}
 	return a, nil
+}
+
+// expandedName is the suffix that names an All request's devices apart.
+var expandedName = regexp.MustCompile(`#[0-9]+`)
+
+// matched says which devices an All alternative expanded into in flat.
+func (a *alt) matched(flat alloc.Claim) string {
+	n := 0
+	var parts []string
+	for _, q := range flat.Requests {
+		if base, _, _ := strings.Cut(q.Name, "#"); base != a.ref || q.Name == base {
+			continue
+		}
+		n += q.Count
+		if q.Profile != "" {
+			parts = append(parts, fmt.Sprintf("%d × %s", q.Count, q.Profile))
+		}
+	}
+	s := fmt.Sprintf("%d devices", n)
+	if len(parts) > 0 {
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return s
 }
 
 // next advances choice to the next combination in order (the last
