@@ -150,7 +150,9 @@ func TestPrioritizedListTakesTheFirstSubrequestThatFits(t *testing.T) {
 // subrequest (b/b1) binds it only when it is chosen.
 func TestPrioritizedListBacktracksOverConstraints(t *testing.T) {
 	nd, _ := nodeDevices(t, "n1", "A100-40GB", 2)
-	mig := func(name, p string) sub { return sub{name: name, class: dradriver.ClassMIG, sel: attrSel("profile", "==", `"`+p+`"`)} }
+	mig := func(name, p string) sub {
+		return sub{name: name, class: dradriver.ClassMIG, sel: attrSel("profile", "==", `"`+p+`"`)}
+	}
 	same := resourceapi.DeviceConstraint{MatchAttribute: attr(dradriver.DriverName + "/parentUUID")}
 
 	s, _, _ := NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
