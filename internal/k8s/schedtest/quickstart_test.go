@@ -79,6 +79,7 @@ var quickstartSpecs = []struct {
 	{file: "extended-gpu-full.yaml", check: checkGPUFull},
 	{file: "extended-mig-1g-12gb.yaml", check: checkMIG1g12gb, gh200: true},
 	{file: "prioritized-list.yaml", check: checkPrioritizedList},
+	{file: "prioritized-list-nodes.yaml", check: checkPrioritizedNodes, gh200: true},
 	{file: "prioritized-list-constraint.yaml", check: checkPrioritizedConstraint},
 	{file: "allocation-mode-all.yaml", check: checkAllocationModeAll},
 }
@@ -672,6 +673,18 @@ func checkPrioritizedList(t *testing.T, r *qsRun) {
 				t.Errorf("device %s/%s allocated twice", d.Pool, d.Device)
 			}
 			seen[d.Pool+"/"+d.Device] = true
+		}
+	}
+}
+
+// prioritized-list-nodes: both pods on the GH200 node, each with one
+// whole GH200 for gpu/large (the node where the first subrequest fits
+// scores highest on both schedulers).
+func checkPrioritizedNodes(t *testing.T, r *qsRun) {
+	res := r.wholeGPUs(t, "gpu", 2)
+	for i, d := range res {
+		if d.Request != "gpu/large" || r.attr(d, "model") != "GH200-96GB" || d.Pool != r.pods[i].Spec.NodeName {
+			t.Errorf("pod %s on %s: %s/%s (%s) for %s, want a GH200 for gpu/large", r.pods[i].Name, r.pods[i].Spec.NodeName, d.Pool, d.Device, r.attr(d, "model"), d.Request)
 		}
 	}
 }
