@@ -365,3 +365,51 @@ func TestPrioritizedListRefusals(t *testing.T) {
 		}
 	}
 }
+
+// Translate and Allocate never panic on what a user may write: names,
+// selectors, counts and modes of a prioritized list, constraints naming
+// anything.
+func FuzzTranslatePrioritizedList(f *testing.F) {
+	f.Add("gpu", "a", "b", attrSel("profile", "==", `"1g.5gb"`), int64(2), false, "gpu/a")
+	f.Add("", "a", "a", "device.attributes[", int64(-1), true, "x")
+	f.Add("r", "s", "t", attrSel("index", "<", "2"), int64(40), true, "r")
+	nd, err := nodeDevicesF("n1", "A100-40GB", 2)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, req, s1, s2, sel string, count int64, all bool, con string) {
+		classes := []string{dradriver.ClassGPU, dradriver.ClassShared, dradriver.ClassMIG}
+		rc := rcOf("ns", "c", [][]sub{{{name: req}, {name: s1, class: classes[uint64(count)%3], sel: sel, count: count, all: all}, {name: s2, class: dradriver.ClassMIG, sel: sel}}},
+			resourceapi.DeviceConstraint{Requests: []string{con}, MatchAttribute: attr(dradriver.DriverName + "/parentUUID")})
+		c, err := Translate(rc, 0)
+		if err != nil {
+			return
+		}
+		s, _, err := NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, err := c.Allocate(s, nd, nil); err == nil {
+			if _, err := ToResult(a, nd, rc, nil); err != nil {
+				t.Fatalf("an allocation with no result: %v", err)
+			}
+		}
+	})
+}
+
+// nodeDevicesF is nodeDevices for a fuzz target's setup.
+func nodeDevicesF(name, model string, gpus int) (*NodeDevices, error) {
+	n := alloc.Node{Name: name}
+	for i := range gpus {
+		n.GPUs = append(n.GPUs, alloc.GPU{UUID: fmt.Sprintf("GPU-%s-%d", name, i), Index: i, Model: model, Healthy: true})
+	}
+	sl, err := dradriver.Slices(n, 1, "580.65.06", nil)
+	if err != nil {
+		return nil, err
+	}
+	var ps []*resourceapi.ResourceSlice
+	for i := range sl {
+		ps = append(ps, &sl[i])
+	}
+	return NodeFromSlices(name, nil, ps, nil)
+}
