@@ -102,6 +102,16 @@ func servicesCmd(e *env, c *conn) *cobra.Command {
 					// names none (a tenant token puts its own).
 					s, err = cl.PutService(cmd.Context(), sf.Name, "default", sf.ServiceSpec)
 				}
+				if ce := (*client.Error)(nil); err != nil && sf.Tenant != "" && errors.As(err, &ce) && ce.Field == "tenant" && strings.Contains(ce.Message, "does not exist") {
+					// The file names a tenant that does not exist (a compose
+					// file names its plan's): an admin token creates it,
+					// with no quota, in the same transaction as the service.
+					// Only an admin gets here: a tenant token's own tenant
+					// exists, and the server refuses createTenant to it.
+					if s, err = cl.PutServiceCreatingTenant(cmd.Context(), sf.Name, sf.Tenant, sf.ServiceSpec); err == nil {
+						fmt.Fprintf(e.errOut, "created tenant %s (no quota, max priority 0); set one with: gpuslice tenants put %s --memory-mib MIB --compute PERCENT\n", sf.Tenant, sf.Tenant)
+					}
+				}
 				if err != nil {
 					return fmt.Errorf("service %s: %w", sf.Name, err)
 				}
