@@ -145,6 +145,11 @@ type ImportedSharing struct {
 	// File is the file a mig-parted config came from: configs of one file
 	// are written back together.
 	File string `json:"-"`
+	// Single marks a device-plugin config that is the only data key of its
+	// ConfigMap: the device plugin's config manager takes it for every
+	// node whose label selects no config (its "single" fallback, after
+	// "named", which takes data key "default").
+	Single bool `json:"-"`
 	// Sharing applies to whole GPUs (and, with MIG strategy mixed, to MIG
 	// devices of the listed resources).
 	Sharing    alloc.Sharing `json:"sharing,omitempty"`
