@@ -281,7 +281,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				if err != nil {
 					return err
 				}
-				if servicesDone, err = startServices(ctx, srv, store, dataDir, nodeName, listen, dev, users, replicaDir, log); err != nil {
+				if servicesDone, err = startServices(ctx, srv, store, dataDir, nodeName, listen, users, replicaDir, log); err != nil {
 					return err
 				}
 			}

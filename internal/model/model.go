@@ -103,6 +103,12 @@ type Workload struct {
 	Env        map[string]string `json:"env,omitempty"`
 	// Autoscaling and serverless settings carried from compose.
 	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`
+	// ScaleMetric is what a service of the workload scales on (compose
+	// x-gpuslice.metric: gpu, compute, memory or requests; "" is gpu), and
+	// TargetConcurrency the requests in flight per replica that count as
+	// 100% for requests (0: 10).
+	ScaleMetric       string `json:"scaleMetric,omitempty"`
+	TargetConcurrency int    `json:"targetConcurrency,omitempty"`
 	Where       Pos          `json:"-"`
 }
 
