@@ -109,7 +109,7 @@ type Workload struct {
 	// 100% for requests (0: 10).
 	ScaleMetric       string `json:"scaleMetric,omitempty"`
 	TargetConcurrency int    `json:"targetConcurrency,omitempty"`
-	Where       Pos          `json:"-"`
+	Where             Pos    `json:"-"`
 }
 
 // Autoscaling carries x-omnistrate-capabilities.
