@@ -273,10 +273,17 @@ func (s *fleetSnap) fleetFor(p principal, now time.Time) web.Fleet {
 		Viewer: viewerOf(p), Catalog: catalog.Default()})
 }
 
-func (s *fleetSnap) summaryFor(p principal, now time.Time) web.Summary {
-	return web.Summarize(web.SummaryInput{Time: now, Viewer: viewerOf(p), Catalog: catalog.Default(), Prices: web.GPUHourPrices(catalog.Default()),
+func (srv *Server) summaryFor(s *fleetSnap, p principal, now time.Time) web.Summary {
+	scope := ""
+	if p.role == api.RoleTenant {
+		scope = p.tenant
+	}
+	_, seq := srv.bell.watch(scope)
+	sum := web.Summarize(web.SummaryInput{Time: now, Viewer: viewerOf(p), Catalog: catalog.Default(), Prices: web.GPUHourPrices(catalog.Default()),
 		Fleet:  web.BuildFleet(web.FleetInput{Time: now, Nodes: s.nodes, Claims: s.claims, UsedMiB: s.used, Catalog: catalog.Default()}),
 		Claims: ownClaims(p, s.claims)})
+	sum.EventSeq = seq
+	return sum
 }
 
 // fleetGrid answers GET /v1/fleet/grid: every GPU as one compact cell.
@@ -296,7 +303,7 @@ func (srv *Server) fleetSummary(w http.ResponseWriter, r *http.Request, p princi
 		writeError(w, err)
 		return
 	}
-	writeJSONGzip(w, r, s.summaryFor(p, srv.cfg.Clock()))
+	writeJSONGzip(w, r, srv.summaryFor(s, p, srv.cfg.Clock()))
 }
 
 // GPUView is the answer of GET /v1/fleet/gpus/{node}/{index}.
@@ -576,7 +583,7 @@ func (srv *Server) dashboardStream(w http.ResponseWriter, r *http.Request, p pri
 			return
 		}
 		last, sent = g, true
-		sum := s.summaryFor(p, now)
+		sum := srv.summaryFor(s, p, now)
 		sumKey, _ := json.Marshal(struct {
 			web.Summary
 			Time any `json:"time,omitempty"`

@@ -261,6 +261,9 @@ type Summary struct {
 	// every GPU of the fleet costs.
 	CostPerHour  float64 `json:"costPerHour"`
 	FleetPerHour float64 `json:"fleetPerHour"`
+	// EventSeq is the newest event the viewer may read (a lower bound),
+	// for a page that wants only the latest events of GET /v1/events.
+	EventSeq int64 `json:"eventSeq"`
 }
 
 // SummaryCount is one row of a summary's breakdown.
