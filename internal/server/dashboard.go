@@ -117,7 +117,8 @@ func (srv *Server) fleet(w http.ResponseWriter, r *http.Request, p principal) {
 		writeError(w, err)
 		return
 	}
-	s := *snap // the read is shared: cut a copy
+	// The read is shared: cut a copy.
+	s := &fleetSnap{at: snap.at, seq: snap.seq, nodes: snap.nodes, claims: snap.claims, used: snap.used}
 	if name := r.URL.Query().Get("node"); name != "" {
 		s.nodes = slices.DeleteFunc(slices.Clone(s.nodes), func(n api.Node) bool { return n.Name != name })
 	}

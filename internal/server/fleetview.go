@@ -44,7 +44,7 @@ const chartTenants = 12
 
 // streamSpacing is the least time between two updates of a dashboard
 // stream: a burst of changes is sent as one delta.
-const streamSpacing = 250 * time.Millisecond
+const streamSpacing = 100 * time.Millisecond
 
 // fleetSnap is what the fleet views are made of: the nodes and the
 // pending and live claims. Never changed once made (readers share it).
@@ -55,7 +55,37 @@ type fleetSnap struct {
 	nodes  []api.Node
 	claims []api.Claim // pending, allocated, running: every tenant's, by seq
 	used   map[string]int64
+
+	// whole is the fleet as an admin sees it, built once per snapshot;
+	// grid and gridJSON its grid, encoded once (an admin's page load
+	// sends it as it is).
+	wholeOnce sync.Once
+	whole     web.Fleet
+	gridOnce  sync.Once
+	grid      web.Grid
+	gridJSON  []byte
 }
+
+// admin is the snapshot's fleet as an admin sees it (built on first use,
+// then shared by every view of the snapshot).
+func (s *fleetSnap) admin() web.Fleet {
+	s.wholeOnce.Do(func() {
+		s.whole = web.BuildFleet(web.FleetInput{Nodes: s.nodes, Claims: s.claims, UsedMiB: s.used, Catalog: catalog.Default()})
+	})
+	return s.whole
+}
+
+// adminGrid is the snapshot's grid as an admin sees it, and its JSON.
+func (s *fleetSnap) adminGrid() (web.Grid, []byte) {
+	s.gridOnce.Do(func() {
+		s.grid = web.BuildGrid(s.admin())
+		s.gridJSON, _ = json.Marshal(s.grid)
+	})
+	return s.grid, s.gridJSON
+}
+
+// gpuHourPrices are the catalog's prices, computed once.
+var gpuHourPrices = sync.OnceValue(func() map[string]float64 { return web.GPUHourPrices(catalog.Default()) })
 
 // fleetRefresh is how often the cached fleet is read whole again (what no
 // event or inventory change announces, heartbeat times, drifts no longer).
@@ -101,6 +131,9 @@ func (srv *Server) readFleet(ctx context.Context) (*fleetSnap, error) {
 	_, newest := srv.bell.watch("")
 	dirty := srv.fleetDirty.take()
 	old := srv.fleetCache
+	if old != nil && len(dirty) == 0 && newest == old.seq && now.Sub(old.at) < time.Second {
+		return old, nil // nothing changed a moment ago: share it (and the fleet built from it)
+	}
 	if old != nil && now.Sub(old.full) < fleetRefresh && newest-old.seq <= fleetPatchLimit {
 		s, err := srv.patchFleet(ctx, old, dirty, now)
 		if err == nil {
@@ -269,6 +302,11 @@ func ownClaims(p principal, cs []api.Claim) []api.Claim {
 }
 
 func (s *fleetSnap) fleetFor(p principal, now time.Time) web.Fleet {
+	if p.role != api.RoleTenant {
+		f := s.admin()
+		f.Time = now
+		return f
+	}
 	return web.BuildFleet(web.FleetInput{Time: now, Nodes: s.nodes, Claims: claimsFor(p, s.claims), UsedMiB: s.used,
 		Viewer: viewerOf(p), Catalog: catalog.Default()})
 }
@@ -279,9 +317,8 @@ func (srv *Server) summaryFor(s *fleetSnap, p principal, now time.Time) web.Summ
 		scope = p.tenant
 	}
 	_, seq := srv.bell.watch(scope)
-	sum := web.Summarize(web.SummaryInput{Time: now, Viewer: viewerOf(p), Catalog: catalog.Default(), Prices: web.GPUHourPrices(catalog.Default()),
-		Fleet:  web.BuildFleet(web.FleetInput{Time: now, Nodes: s.nodes, Claims: s.claims, UsedMiB: s.used, Catalog: catalog.Default()}),
-		Claims: ownClaims(p, s.claims)})
+	sum := web.Summarize(web.SummaryInput{Time: now, Viewer: viewerOf(p), Catalog: catalog.Default(), Prices: gpuHourPrices(),
+		Fleet: s.admin(), Claims: ownClaims(p, s.claims)})
 	sum.EventSeq = seq
 	return sum
 }
@@ -291,6 +328,11 @@ func (srv *Server) fleetGrid(w http.ResponseWriter, r *http.Request, p principal
 	s, err := srv.readFleet(r.Context())
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	if p.role != api.RoleTenant {
+		_, data := s.adminGrid()
+		writeJSONGzip(w, r, json.RawMessage(data))
 		return
 	}
 	writeJSONGzip(w, r, web.BuildGrid(s.fleetFor(p, srv.cfg.Clock())))
@@ -339,8 +381,7 @@ func (srv *Server) fleetGPU(w http.ResponseWriter, r *http.Request, p principal)
 		if n.Name != name {
 			continue
 		}
-		one := *s
-		one.nodes = []api.Node{n}
+		one := &fleetSnap{nodes: []api.Node{n}, claims: s.claims, used: s.used}
 		f := one.fleetFor(p, now)
 		for _, g := range f.Nodes[0].GPUs {
 			if g.Index == index {
@@ -385,7 +426,18 @@ func (srv *Server) fleetGPU(w http.ResponseWriter, r *http.Request, p principal)
 // match, newest first: at most want, reading at most 20,000 events (or
 // back to stop).
 func (srv *Server) recentEvents(ctx context.Context, p principal, match func(api.Event) bool, want int, stop time.Time) ([]api.Event, error) {
-	scope, from := "", time.Time{}
+	scope := ""
+	if p.role == api.RoleTenant {
+		scope = p.tenant
+	}
+	return srv.recentEventsOf(ctx, p, scope, match, want, stop)
+}
+
+// recentEventsOf is recentEvents reading one tenant's events through the
+// store's index (scope "": every event; a tenant token always reads its
+// own tenant's).
+func (srv *Server) recentEventsOf(ctx context.Context, p principal, scope string, match func(api.Event) bool, want int, stop time.Time) ([]api.Event, error) {
+	var from time.Time
 	if p.role == api.RoleTenant {
 		scope, from = p.tenant, p.tenantCreated
 	}
@@ -445,7 +497,8 @@ func (srv *Server) claimEvents(w http.ResponseWriter, r *http.Request, p princip
 		writeError(w, errStatus(http.StatusNotFound, "claim %q not found", id))
 		return
 	}
-	evs, err := srv.recentEvents(r.Context(), p, func(e api.Event) bool { return e.Claim == id }, 200, c.Created.Add(-time.Second))
+	// A claim's events carry its tenant: read that tenant's only.
+	evs, err := srv.recentEventsOf(r.Context(), p, c.Tenant, func(e api.Event) bool { return e.Claim == id }, 200, c.Created.Add(-time.Second))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -545,9 +598,12 @@ func (srv *Server) dashboardStream(w http.ResponseWriter, r *http.Request, p pri
 	}
 	w.WriteHeader(http.StatusOK)
 	send := func(event string, v any) error {
-		data, err := json.Marshal(v)
-		if err != nil {
-			return err
+		data, ok := v.([]byte)
+		if !ok {
+			var err error
+			if data, err = json.Marshal(v); err != nil {
+				return err
+			}
 		}
 		if _, err := fmt.Fprintf(out, "event: %s\ndata: %s\n\n", event, data); err != nil {
 			return err
@@ -572,6 +628,16 @@ func (srv *Server) dashboardStream(w http.ResponseWriter, r *http.Request, p pri
 			return
 		}
 		now := srv.cfg.Clock()
+		if !sent && p.role != api.RoleTenant {
+			// An admin's first grid is the snapshot's, encoded once for
+			// every page load.
+			g, data := s.adminGrid()
+			enc.Adopt(g)
+			if send("grid", data) != nil {
+				return
+			}
+			last, sent = g, true
+		}
 		g := enc.Encode(s.fleetFor(p, now))
 		if d, ok := web.Diff(last, g); sent && ok {
 			if len(d.Cells) > 0 || len(d.Tenants) > 0 {

@@ -22,7 +22,7 @@ import (
 // $GPUSLICE_CHROMIUM. Without it the browser tests skip, unless
 // GPUSLICE_REQUIRE_BROWSER=1 (scripts/test.sh sets it after installing),
 // when they fail.
-func browserPath(t *testing.T) string {
+func browserPath(t testing.TB) string {
 	t.Helper()
 	p := os.Getenv("GPUSLICE_CHROMIUM")
 	if p == "" {
@@ -39,12 +39,12 @@ func browserPath(t *testing.T) string {
 
 // page is one headless Chromium tab with helpers that fail the test.
 type page struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	shots string
 }
 
-func newPage(t *testing.T) *page {
+func newPage(t testing.TB) *page {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a browser")
@@ -144,6 +144,27 @@ func (p *page) shot(name string) {
 func (p *page) hash(h string) {
 	p.t.Helper()
 	p.eval(fmt.Sprintf("location.hash = %s", sel(h)), nil)
+}
+
+// viewShot saves what the viewport shows (not the whole page).
+func (p *page) viewShot(name string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		p.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(p.shots, name+".png"), png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// size sets the viewport, as a window of that size would have it.
+func (p *page) size(w, h int64) {
+	p.t.Helper()
+	p.do(chromedp.EmulateViewport(w, h))
 }
 
 func (p *page) key(keys string) { p.t.Helper(); p.do(chromedp.KeyEvent(keys)) }

@@ -74,6 +74,19 @@ type GridEncoder struct {
 	mi, ti  map[string]int
 }
 
+// Adopt starts the encoder from a grid it would have made (BuildGrid's,
+// of the same fleet): the next Encode keeps its lists' indices.
+func (e *GridEncoder) Adopt(g Grid) {
+	e.models, e.tenants = append([]GridModel{}, g.Models...), append([]string{}, g.Tenants...)
+	e.mi, e.ti = make(map[string]int, len(g.Models)), make(map[string]int, len(g.Tenants))
+	for i, m := range g.Models {
+		e.mi[m.Name] = i
+	}
+	for i, t := range g.Tenants {
+		e.ti[t] = i
+	}
+}
+
 // Encode encodes f; its lists are the encoder's, the earlier names first.
 func (e *GridEncoder) Encode(f Fleet) Grid {
 	if e.mi == nil {
@@ -106,8 +119,8 @@ func (e *GridEncoder) Encode(f Fleet) Grid {
 		e.ti[t] = len(e.tenants)
 		e.tenants = append(e.tenants, t)
 	}
-	g := Grid{Time: f.Time, Viewer: f.Viewer, Nodes: make([]GridNode, 0, len(f.Nodes)), Models: slices.Clip(e.models),
-		Tenants: slices.Clip(e.tenants), Modes: Modes, GPUs: [][]int{}}
+	g := Grid{Time: f.Time, Viewer: f.Viewer, Nodes: make([]GridNode, 0, len(f.Nodes)), Models: append([]GridModel{}, e.models...),
+		Tenants: append([]string{}, e.tenants...), Modes: Modes, GPUs: [][]int{}}
 	for ni, n := range f.Nodes {
 		g.Nodes = append(g.Nodes, GridNode{Name: n.Name, State: n.State, Pool: n.Pool})
 		for _, gpu := range n.GPUs {

@@ -217,7 +217,7 @@ func newBigLive(tb testing.TB, nodes, tenants int) *bigLive {
 	now := time.Now()
 	bf := populate(tb, store, nodes, tenants, now)
 	srv, err := server.New(ctx, server.Config{Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		NodeTimeout: time.Hour, SampleInterval: time.Second, SeriesLength: 600, DashboardInterval: time.Second,
+		NodeTimeout: time.Hour, SampleInterval: 5 * time.Second, SeriesLength: 600, DashboardInterval: 2 * time.Second,
 		MaxStreamsPerToken: -1, MaxStreamsPerTenant: -1})
 	if err != nil {
 		tb.Fatal(err)

@@ -61,7 +61,10 @@ function link(href, text, attrs) { return el("a", Object.assign({ href }, attrs 
 function css(name) { return getComputedStyle(document.documentElement).getPropertyValue(name).trim(); }
 
 // ---- formatting
-function mib(n) { return n >= 1024 ? (n / 1024).toFixed(n % 1024 === 0 ? 0 : 1) + " GiB" : Math.round(n) + " MiB"; }
+function mib(n) {
+  if (n >= 1024 * 1024) return (n / 1024 / 1024).toFixed(1) + " TiB";
+  return n >= 1024 ? (n / 1024).toFixed(n % 1024 === 0 ? 0 : 1) + " GiB" : Math.round(n) + " MiB";
+}
 function pct(x) { return Math.round(x * 100) + "%"; }
 function usd(x) { return "$" + (x < 10 ? x.toFixed(2) : Math.round(x).toLocaleString("en")); }
 function num(x) { return Math.abs(x) >= 100 ? Math.round(x).toLocaleString("en") : (Math.round(x * 10) / 10).toString(); }
@@ -313,9 +316,11 @@ function fillChoices() {
   };
   fill("#f-model", state.grid.models.map((m) => m.name));
   fill("#f-pool", [...new Set(state.grid.nodes.map((n) => n.pool).filter(Boolean))].sort());
-  // The tenant list offers at most 500 names; typing matches any.
-  const dl = $("#tenant-names");
-  dl.replaceChildren(...state.grid.tenants.slice(0, 500).map((t) => el("option", { value: t })));
+  // The tenant list offers at most 500 names (after the first paint);
+  // typing matches any.
+  setTimeout(() => {
+    if (state.grid) $("#tenant-names").replaceChildren(...state.grid.tenants.slice(0, 500).map((t) => el("option", { value: t })));
+  }, 500);
   readFilters(parseHash().query);
 }
 
@@ -382,7 +387,8 @@ function applyFilters(update) {
   // colours; the rest share the "other tenants" stripes.
   const byTenant = new Map();
   for (const g of shown) for (const t of g.tenants) if (t >= 0) byTenant.set(t, (byTenant.get(t) || 0) + 1);
-  const top = [...byTenant.entries()].sort((a, b) => b[1] - a[1] || state.grid.tenants[a[0]].localeCompare(state.grid.tenants[b[0]])).slice(0, PALETTE.length);
+  const names = state.grid.tenants;
+  const top = [...byTenant.entries()].sort((a, b) => b[1] - a[1] || (names[a[0]] < names[b[0]] ? -1 : 1)).slice(0, PALETTE.length);
   state.colors = new Map(top.map(([t], i) => [t, PALETTE[i]]));
   state.top = top;
   state.others = byTenant.size - top.length;
