@@ -271,7 +271,7 @@ func BenchmarkDashboard(b *testing.B) {
 	}
 	p.do(chromedp.Navigate(bl.url + "/"))
 	p.signIn(bl.admin)
-	var paint, received, bytes, update, e2e []float64
+	var paint, received, parse, build, bytes, update, e2e []float64
 	tenant := bl.tenantToken(bl.fleet.otherTenant)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -288,6 +288,9 @@ func BenchmarkDashboard(b *testing.B) {
 		var recv float64
 		p.eval(`performance.getEntriesByName("gpuslice:grid-received")[0].startTime`, &recv)
 		received = append(received, recv)
+		var split map[string]float64
+		p.eval(`({parse: window.gpusliceStats.parseMs, grid: window.gpusliceStats.gridMs})`, &split)
+		parse, build = append(parse, split["parse"]), append(build, split["grid"])
 		mu.Lock()
 		var n int64
 		for id := range urls {
@@ -319,6 +322,8 @@ func BenchmarkDashboard(b *testing.B) {
 	b.ReportMetric(med(paint), "first-paint-ms")
 	b.ReportMetric(slices.Max(paint), "first-paint-max-ms")
 	b.ReportMetric(med(received), "grid-received-ms")
+	b.ReportMetric(med(parse), "grid-parse-ms")
+	b.ReportMetric(med(build), "grid-draw-ms")
 	b.ReportMetric(med(update), "update-ms")
 	b.ReportMetric(med(e2e), "update-e2e-ms")
 	b.ReportMetric(med(bytes)/1024, "page-load-KiB")

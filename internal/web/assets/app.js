@@ -225,7 +225,11 @@ async function readStream() {
       if (event === "grid") {
         performance.mark("gpuslice:grid-received");
         window.gpusliceStats.gridBytes = data.length;
-        setGrid(JSON.parse(data));
+        const t0 = performance.now();
+        const grid = JSON.parse(data);
+        window.gpusliceStats.parseMs = performance.now() - t0;
+        setGrid(grid);
+        window.gpusliceStats.gridMs = performance.now() - t0;
       } else if (event === "cells") {
         const t0 = performance.now();
         applyDelta(JSON.parse(data));
@@ -292,7 +296,7 @@ function setGrid(grid) {
   state.grid = grid;
   state.gpus = grid.gpus.map((c, i) => Object.assign(decodeCell(c), { i }));
   fillChoices();
-  applyFilters();
+  applyFilters(true); // paints now, not at the next frame
 }
 function applyDelta(d) {
   if (!state.grid) return;
