@@ -68,13 +68,14 @@ func dnsPart(s string) string {
 // the 1g devices in slices 4-6 and 1g,1g,2g,3g needs them in 0-3, and
 // first fit always takes a profile's first free device in this order.
 // FirstFitOrder is the order that serves the most: on the 8-slice models
-// (A100, H100, H200, B200 and their kin) 1g at 5, 4, 6, then 3 down to 0,
-// and every other profile highest start first. First fit over it places
-// 68 of the 77 fitting multisets arriving small-first (as many as any
-// online rule; highest start first for every profile, the order before,
-// placed 66) and 371 of the 424 arrival sequences in any order (316
-// before); gpuslice's own allocator, which places by
-// mig.Geometry.BestStart, 384 (see TestFirstFitMatchesTheAllocator).
+// (A100, H100, H200, B200 and their kin) the one-slice 1g at 5, 4, 6, then
+// 3 down to 0, and every other profile highest start first. First fit
+// over it places 68 of the 77 fitting multisets arriving small-first (as
+// many as any online rule; highest start first for every profile, the
+// order before, placed 66) and 371 of the 424 arrival sequences in any
+// order (316 before); gpuslice's own allocator, which places by
+// mig.Geometry.BestStart, 384. TestStockFirstFitKeepsRoom runs the stock
+// allocator over every sequence.
 //
 // Slices publishes one untainted shared device per GPU (no tenant
 // isolation with the stock scheduler); SlicesFor with
