@@ -31,6 +31,11 @@ type ledger struct {
 	slices map[string]map[string]*resourceapi.ResourceSlice // node -> slice name -> slice
 	nodes  map[string]*nodeEntry
 	claims map[types.UID]*claimEntry
+	// seq numbers node versions (nodeEntry.version).
+	seq uint64
+	// shared are Filter's verdicts on nodes with nothing allocated, by
+	// node shape and claim shape (see verdicts).
+	shared map[string]*verdict
 	// onFree is called (without l.mu) after devices were freed or
 	// added: a claim dropped, a slice changed.
 	onFree func()
@@ -46,6 +51,64 @@ type nodeEntry struct {
 	devErr error
 	st     *alloc.State // nil: rebuild from devs and claims
 	claims map[types.UID]bool
+	// version changes whenever the node's devices or State change;
+	// verdicts are Filter's answers for this version, by claim shape.
+	// Both are guarded by the ledger's lock.
+	version  uint64
+	verdicts map[string]*verdict
+}
+
+// verdict is what Filter learnt of a pod's claims (by their shape) on a
+// node: whether they fit (else why not), the GPU share they newly hold
+// and how full the node's GPUs are after, and what they hold (quota).
+// The allocations themselves are made again in Reserve.
+type verdict struct {
+	reason string // "": they fit
+	share  float64
+	used   float64
+	mem    int64
+	comp   int
+}
+
+// maxShared bounds the shared verdicts (claim shapes × node shapes).
+const maxShared = 1 << 14
+
+// changed gives the node a new version (its verdicts are forgotten).
+// Caller holds l.mu.
+func (l *ledger) changed(n *nodeEntry) {
+	l.seq++
+	n.version = l.seq
+	n.verdicts = nil
+}
+
+// cachedVerdict returns the verdict for claims of shape key on the node
+// as it is now, or nil, with the node's version to store one under.
+// shareable says the claims read no GPU uuid, so an empty node's verdict
+// holds for every empty node of its shape. Caller holds l.mu.
+func (l *ledger) cachedVerdict(n *nodeEntry, nd *draalloc.NodeDevices, key string, shareable bool) (*verdict, uint64) {
+	if len(n.claims) == 0 && shareable {
+		return l.shared[nd.Shape()+"\x00"+key], n.version
+	}
+	return n.verdicts[key], n.version
+}
+
+// keepVerdict stores a verdict made on version of the node, unless the
+// node changed meanwhile. Caller holds l.mu.
+func (l *ledger) keepVerdict(n *nodeEntry, nd *draalloc.NodeDevices, version uint64, key string, shareable bool, v *verdict) {
+	if n.version != version {
+		return
+	}
+	if len(n.claims) == 0 && shareable {
+		if len(l.shared) >= maxShared {
+			clear(l.shared)
+		}
+		l.shared[nd.Shape()+"\x00"+key] = v
+		return
+	}
+	if n.verdicts == nil {
+		n.verdicts = map[string]*verdict{}
+	}
+	n.verdicts[key] = v
 }
 
 type claimEntry struct {
@@ -66,7 +129,7 @@ type claimEntry struct {
 
 func newLedger(policy alloc.Policy, cat *catalog.Catalog) *ledger {
 	return &ledger{cat: cat, policy: policy, slices: map[string]map[string]*resourceapi.ResourceSlice{},
-		nodes: map[string]*nodeEntry{}, claims: map[types.UID]*claimEntry{}}
+		nodes: map[string]*nodeEntry{}, claims: map[types.UID]*claimEntry{}, shared: map[string]*verdict{}}
 }
 
 // node returns the node's entry, creating it. Caller holds l.mu.
@@ -84,6 +147,7 @@ func (l *ledger) node(name string) *nodeEntry {
 // the old State first.
 func (l *ledger) stale(name string, devicesToo bool) {
 	n := l.node(name)
+	l.changed(n)
 	n.mu.Lock()
 	n.st = nil
 	if devicesToo {
@@ -251,7 +315,9 @@ func (l *ledger) reserve(uid types.UID, namespace string, a *alloc.Allocation, r
 	e := &claimEntry{uid: uid, namespace: namespace, node: node, a: cloneAlloc(a), devices: devs, inflight: true}
 	e.memMiB, e.compute = holds(a)
 	l.claims[uid] = e
-	l.node(node).claims[uid] = true
+	n := l.node(node)
+	n.claims[uid] = true
+	l.changed(n)
 }
 
 // unreserve forgets an in-flight allocation (Unreserve): its node's State
