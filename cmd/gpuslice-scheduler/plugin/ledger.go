@@ -34,8 +34,12 @@ type ledger struct {
 	// seq numbers node versions (nodeEntry.version).
 	seq uint64
 	// shared are Filter's verdicts on nodes with nothing allocated, by
-	// node shape and claim shape (see verdicts).
-	shared map[string]*verdict
+	// node shape and claim shape (see verdicts); shapes are numbered
+	// (ids, never reused) so a lookup hashes two numbers, not a node's
+	// device list and a claim's JSON.
+	shared map[shapePair]*verdict
+	ids    map[string]uint64
+	nextID uint64
 	// onFree is called (without l.mu) after devices were freed or
 	// added: a claim dropped, a slice changed.
 	onFree func()
@@ -55,8 +59,12 @@ type nodeEntry struct {
 	// verdicts are Filter's answers for this version, by claim shape.
 	// Both are guarded by the ledger's lock.
 	version  uint64
-	verdicts map[string]*verdict
+	verdicts map[uint64]*verdict
+	shape    uint64 // the id of devs.Shape() (0: not read yet)
 }
+
+// shapePair keys a shared verdict: a node shape's id and a claim shape's.
+type shapePair struct{ node, claim uint64 }
 
 // verdict is what Filter learnt of a pod's claims (by their shape) on a
 // node: whether they fit (else why not), the GPU share they newly hold
@@ -81,34 +89,57 @@ func (l *ledger) changed(n *nodeEntry) {
 	n.verdicts = nil
 }
 
-// cachedVerdict returns the verdict for claims of shape key on the node
-// as it is now, or nil, with the node's version to store one under.
+// shapeID numbers a shape (a node's or a claim's). Caller holds l.mu.
+func (l *ledger) shapeID(shape string) uint64 {
+	id, ok := l.ids[shape]
+	if !ok {
+		if len(l.ids) >= maxShared {
+			// forget them all; ids are never reused, so verdicts
+			// kept under old ones are only never found again
+			clear(l.ids)
+			clear(l.shared)
+		}
+		l.nextID++
+		id = l.nextID
+		l.ids[shape] = id
+	}
+	return id
+}
+
+// cachedVerdict returns the verdict for claims of shape id claim on the
+// node as it is now, or nil, with the node's version to store one under.
 // shareable says the claims read no GPU uuid, so an empty node's verdict
 // holds for every empty node of its shape. Caller holds l.mu.
-func (l *ledger) cachedVerdict(n *nodeEntry, nd *draalloc.NodeDevices, key string, shareable bool) (*verdict, uint64) {
+func (l *ledger) cachedVerdict(n *nodeEntry, nd *draalloc.NodeDevices, claim uint64, shareable bool) (*verdict, uint64) {
 	if len(n.claims) == 0 && shareable {
-		return l.shared[nd.Shape()+"\x00"+key], n.version
+		if n.shape == 0 {
+			n.shape = l.shapeID(nd.Shape())
+		}
+		return l.shared[shapePair{n.shape, claim}], n.version
 	}
-	return n.verdicts[key], n.version
+	return n.verdicts[claim], n.version
 }
 
 // keepVerdict stores a verdict made on version of the node, unless the
 // node changed meanwhile. Caller holds l.mu.
-func (l *ledger) keepVerdict(n *nodeEntry, nd *draalloc.NodeDevices, version uint64, key string, shareable bool, v *verdict) {
+func (l *ledger) keepVerdict(n *nodeEntry, nd *draalloc.NodeDevices, version, claim uint64, shareable bool, v *verdict) {
 	if n.version != version {
 		return
 	}
 	if len(n.claims) == 0 && shareable {
+		if n.shape == 0 {
+			n.shape = l.shapeID(nd.Shape())
+		}
 		if len(l.shared) >= maxShared {
 			clear(l.shared)
 		}
-		l.shared[nd.Shape()+"\x00"+key] = v
+		l.shared[shapePair{n.shape, claim}] = v
 		return
 	}
 	if n.verdicts == nil {
-		n.verdicts = map[string]*verdict{}
+		n.verdicts = map[uint64]*verdict{}
 	}
-	n.verdicts[key] = v
+	n.verdicts[claim] = v
 }
 
 type claimEntry struct {
@@ -129,7 +160,7 @@ type claimEntry struct {
 
 func newLedger(policy alloc.Policy, cat *catalog.Catalog) *ledger {
 	return &ledger{cat: cat, policy: policy, slices: map[string]map[string]*resourceapi.ResourceSlice{},
-		nodes: map[string]*nodeEntry{}, claims: map[types.UID]*claimEntry{}, shared: map[string]*verdict{}}
+		nodes: map[string]*nodeEntry{}, claims: map[types.UID]*claimEntry{}, shared: map[shapePair]*verdict{}, ids: map[string]uint64{}}
 }
 
 // node returns the node's entry, creating it. Caller holds l.mu.
@@ -151,7 +182,7 @@ func (l *ledger) stale(name string, devicesToo bool) {
 	n.mu.Lock()
 	n.st = nil
 	if devicesToo {
-		n.devs, n.devErr = nil, nil
+		n.devs, n.devErr, n.shape = nil, nil, 0
 		for uid := range n.claims {
 			if e := l.claims[uid]; e != nil && e.rc != nil {
 				e.a = nil

@@ -235,8 +235,10 @@ type cycle struct {
 	node     string                       // the node claims already allocated are on ("" none)
 	classes  map[string]*resourceapi.DeviceClass
 	// key is the shape of acs (names left out), for the ledger's
-	// verdicts; shareable says no selector reads a GPU uuid.
+	// verdicts, and id its number there; shareable says no selector
+	// reads a GPU uuid.
 	key       string
+	id        uint64
 	shareable bool
 	// usedMem and usedComp are what the namespace's claims held when the
 	// cycle began (quota); Reserve counts again.
@@ -270,7 +272,7 @@ func (c *cycle) Clone() fwk.StateData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := &cycle{ours: c.ours, gen: c.gen, ns: c.ns, quota: c.quota, priority: c.priority, claims: c.claims, toAlloc: c.toAlloc, acs: c.acs, node: c.node,
-		classes: c.classes, key: c.key, shareable: c.shareable, usedMem: c.usedMem, usedComp: c.usedComp,
+		classes: c.classes, key: c.key, id: c.id, shareable: c.shareable, usedMem: c.usedMem, usedComp: c.usedComp,
 		results: map[string]*nodeResult{}, removed: map[string]map[types.UID]bool{}}
 	for n, m := range c.removed {
 		d.removed[n] = maps_clone(m)
@@ -411,11 +413,14 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		c.acs = append(c.acs, ac)
 	}
 	c.key, c.shareable = shapeKey(c.acs)
-	if c.quota != nil {
-		p.led.mu.Lock()
-		c.usedMem, c.usedComp = p.led.usageLocked(c.ns, nil)
-		p.led.mu.Unlock()
+	p.led.mu.Lock()
+	if c.key != "" {
+		c.id = p.led.shapeID(c.key)
 	}
+	if c.quota != nil {
+		c.usedMem, c.usedComp = p.led.usageLocked(c.ns, nil)
+	}
+	p.led.mu.Unlock()
 	p.holderGone()
 	if c.node != "" {
 		return &fwk.PreFilterResult{NodeNames: sets.New(c.node)}, nil
@@ -525,7 +530,7 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	c.mu.Lock()
 	skip := c.removed[node.Name]
 	c.mu.Unlock()
-	if len(skip) == 0 && c.key != "" {
+	if len(skip) == 0 && c.id != 0 {
 		v, err := p.verdict(c, node.Name, node.Labels)
 		if err != nil {
 			return fwk.AsStatus(err)
@@ -574,7 +579,7 @@ func (p *Plugin) verdict(c *cycle, node string, labels map[string]string) (*verd
 		l.mu.Unlock()
 		return nil, fmt.Errorf("node %s: %w", node, err)
 	}
-	v, version := l.cachedVerdict(n, nd, c.key, c.shareable)
+	v, version := l.cachedVerdict(n, nd, c.id, c.shareable)
 	l.mu.Unlock()
 	if v != nil {
 		return v, nil
@@ -591,7 +596,7 @@ func (p *Plugin) verdict(c *cycle, node string, labels map[string]string) (*verd
 		v.mem, v.comp = holdsAll(r.as)
 	}
 	l.mu.Lock()
-	l.keepVerdict(n, nd, version, c.key, c.shareable, v)
+	l.keepVerdict(n, nd, version, c.id, c.shareable, v)
 	l.mu.Unlock()
 	return v, nil
 }

@@ -31,7 +31,7 @@ func publish(t *testing.T, l *ledger, node string, n int) {
 }
 
 // wholeGPU is a cycle for one claim of a whole GPU in namespace ns.
-func wholeGPU(t *testing.T, ns, name string) *cycle {
+func wholeGPU(t *testing.T, l *ledger, ns, name string) *cycle {
 	t.Helper()
 	rc := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name)},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
@@ -42,6 +42,7 @@ func wholeGPU(t *testing.T, ns, name string) *cycle {
 	}
 	c := &cycle{ours: true, ns: ns, claims: []*resourceapi.ResourceClaim{rc}, toAlloc: []int{0}, acs: []alloc.Claim{ac}, classes: map[string]*resourceapi.DeviceClass{}}
 	c.key, c.shareable = shapeKey(c.acs)
+	c.id = l.shapeID(c.key)
 	return c
 }
 
@@ -55,14 +56,14 @@ func TestVerdictsFollowTheNode(t *testing.T) {
 	publish(t, l, "a", 2)
 	publish(t, l, "b", 2)
 
-	c := wholeGPU(t, "team-a", "p-0")
+	c := wholeGPU(t, l, "team-a", "p-0")
 	if !c.shareable || c.key == "" {
 		t.Fatalf("a whole-GPU claim is shareable with a key: %v %q", c.shareable, c.key)
 	}
-	if k2, _ := shapeKey(wholeGPU(t, "team-a", "other-name").acs); k2 != c.key {
+	if k2, _ := shapeKey(wholeGPU(t, l, "team-a", "other-name").acs); k2 != c.key {
 		t.Fatalf("claims differing only in name have different shapes:\n%s\n%s", c.key, k2)
 	}
-	if k3, _ := shapeKey(wholeGPU(t, "team-b", "p-0").acs); k3 == c.key {
+	if k3, _ := shapeKey(wholeGPU(t, l, "team-b", "p-0").acs); k3 == c.key {
 		t.Fatal("claims of two tenants have one shape (tenant isolation depends on the tenant)")
 	}
 	va, err := p.verdict(c, "a", nil)
@@ -80,12 +81,12 @@ func TestVerdictsFollowTheNode(t *testing.T) {
 	// Fill node a: both GPUs reserved by two pods, a verdict kept on a
 	// between them.
 	for i := range 2 {
-		ci := wholeGPU(t, "team-a", fmt.Sprintf("fill-%d", i))
+		ci := wholeGPU(t, l, "team-a", fmt.Sprintf("fill-%d", i))
 		if r, reason, err := p.decide(ci, "a", nil, nil, true); err != nil || r == nil {
 			t.Fatalf("reserve %d on a: %q %v", i, reason, err)
 		}
 		if i == 0 {
-			if v, err := p.verdict(c, "a", nil); err != nil || v.reason != "" || l.nodes["a"].verdicts[c.key] != v {
+			if v, err := p.verdict(c, "a", nil); err != nil || v.reason != "" || l.nodes["a"].verdicts[c.id] != v {
 				t.Fatalf("node a with one GPU free: %+v %v (kept: %v)", v, err, l.nodes["a"].verdicts)
 			}
 		}
@@ -104,6 +105,7 @@ func TestVerdictsFollowTheNode(t *testing.T) {
 	// A selector naming a GPU's uuid is per node: never shared.
 	c.acs[0].Requests[0].Selector = `device.attributes["gpu.nvidia.com"].uuid == "GPU-b-0"`
 	c.key, c.shareable = shapeKey(c.acs)
+	c.id = l.shapeID(c.key)
 	if c.shareable {
 		t.Fatal("a selector on uuid is shareable")
 	}

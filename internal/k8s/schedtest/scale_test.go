@@ -76,20 +76,111 @@ func TestSchedulerScale(t *testing.T) {
 	planned := planMix(t, mix(groups, ""), nodes, filepath.Join(outDir, fmt.Sprintf("scale-%d.yaml", groups*9)))
 	t.Logf("gpuslice plan, %d pods: %d GPUs", groups*9, planned)
 
+	c, setup := newScaleCluster(t, nodes)
+	t.Logf("%d nodes with slices in %.0fs", nodes, setup.Seconds())
 	cfg := fmt.Sprintf("clientConnection: {qps: %d, burst: %d}\n", qps, 2*qps)
-	ours := runScale(t, scaleRun{name: "gpuslice-scheduler", bin: apitest.GpusliceSchedulerBinary(t), profile: Profile, config: cfg,
+	ours := runScale(t, c, scaleRun{name: "gpuslice-scheduler", bin: apitest.GpusliceSchedulerBinary(t), profile: Profile, config: cfg,
 		scheduler: SchedulerName, nodes: nodes, groups: groups, profDir: profDir})
 	t.Log(ours)
 	if ours.mixed != 0 {
 		t.Errorf("gpuslice-scheduler put %d shared GPUs under several namespaces with tenant isolation", ours.mixed)
 	}
+	clearPods(t, c)
+	backlog := runScale(t, c, scaleRun{name: "gpuslice-scheduler (backlog)", bin: apitest.GpusliceSchedulerBinary(t), profile: Profile, config: cfg,
+		scheduler: SchedulerName, nodes: nodes, groups: groups, profDir: profDir, backlog: true})
+	t.Log(backlog)
+	if backlog.mixed != 0 {
+		t.Errorf("gpuslice-scheduler put %d shared GPUs under several namespaces with tenant isolation", backlog.mixed)
+	}
 	if stockPods > 0 {
+		// The same nodes, emptied, through the stock kube-scheduler.
+		clearPods(t, c)
 		sg := (stockPods + 8) / 9
 		stockPlanned := planMix(t, mix(sg, ""), nodes, filepath.Join(outDir, fmt.Sprintf("scale-%d.yaml", sg*9)))
-		stock := runScale(t, scaleRun{name: "stock kube-scheduler, our slices", profile: "-", scheduler: "default-scheduler",
-			nodes: nodes, groups: sg})
+		stock := runScale(t, c, scaleRun{name: "stock kube-scheduler, our slices", profile: "-", scheduler: "default-scheduler",
+			nodes: nodes, groups: sg, config: cfg})
 		t.Log(stock)
 		t.Logf("gpuslice plan, %d pods: %d GPUs", sg*9, stockPlanned)
+	}
+}
+
+// newScaleCluster starts etcd and kube-apiserver with gpuslice's
+// DeviceClasses, the five namespaces and nodes ready nodes of 8
+// A100-40GB with their slices (created from 32 goroutines).
+func newScaleCluster(t *testing.T, nodes int) (*cluster, time.Duration) {
+	srv := apitest.Start(t)
+	fast := rest.CopyConfig(srv.Config)
+	fast.QPS, fast.Burst = 5000, 10000
+	cs, err := kubernetes.NewForConfig(fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), clusterTimeout)
+	t.Cleanup(cancel)
+	for _, ns := range []string{"team-0", "team-1", "team-2", "team-3", "team-4"} {
+		if err := srv.EnsureNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dc := range dradriver.DeviceClasses() {
+		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if err := parallel(32, nodes, func(i int) error { return addScaleNode(ctx, srv, cs, fmt.Sprintf("node-%04d", i)) }); err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{t: t, ctx: ctx, cs: cs, srv: srv}, time.Since(start)
+}
+
+// clearPods deletes every pod and claim of the mix's namespaces, taking
+// the allocations back first (no controller manager runs to).
+func clearPods(t *testing.T, c *cluster) {
+	t.Helper()
+	for _, ns := range []string{"team-0", "team-1", "team-2", "team-3", "team-4"} {
+		pods, err := c.cs.CoreV1().Pods(ns).List(c.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := parallel(32, len(pods.Items), func(i int) error {
+			return c.cs.CoreV1().Pods(ns).Delete(c.ctx, pods.Items[i].Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		claims, err := c.cs.ResourceV1().ResourceClaims(ns).List(c.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := parallel(32, len(claims.Items), func(i int) error {
+			rc := &claims.Items[i]
+			rc.Status = resourceapi.ResourceClaimStatus{}
+			rc, err := c.cs.ResourceV1().ResourceClaims(ns).UpdateStatus(c.ctx, rc, metav1.UpdateOptions{})
+			if err != nil {
+				return err
+			}
+			rc.Finalizers = nil
+			if _, err := c.cs.ResourceV1().ResourceClaims(ns).Update(c.ctx, rc, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+			return c.cs.ResourceV1().ResourceClaims(ns).Delete(c.ctx, rc.Name, metav1.DeleteOptions{})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		pods, err := c.cs.CoreV1().Pods("").List(c.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims, err := c.cs.ResourceV1().ResourceClaims("").List(c.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 0 && len(claims.Items) == 0 {
+			return
+		}
+		time.Sleep(time.Second)
 	}
 }
 
@@ -109,12 +200,14 @@ type scaleRun struct {
 	name, bin, profile, config, scheduler string
 	nodes, groups                         int
 	profDir                               string
+	// backlog creates every pod before the scheduler starts: the bind
+	// rate is then the scheduler's own, not the rate pods arrive at.
+	backlog bool
 }
 
 type scaleResult struct {
 	name            string
 	nodes, pods     int
-	setup           time.Duration // nodes and slices
 	create          time.Duration // first create to last create
 	bindWindow      time.Duration // first bind to last bind
 	p50, p99, worst time.Duration // create → bind
@@ -125,45 +218,17 @@ type scaleResult struct {
 }
 
 func (r scaleResult) String() string {
-	return fmt.Sprintf("%s on %d nodes: %d pods created in %.1fs (%.0f/s); bound first→last in %.1fs = %.1f pods/s; create→bind p50 %v p99 %v max %v; %d GPUs used, %d shared GPUs serving several namespaces; CPU per pod: scheduler %.1fms, API server %.1fms (nodes and slices took %.0fs)",
+	return fmt.Sprintf("%s on %d nodes: %d pods created in %.1fs (%.0f/s); bound first→last in %.1fs = %.1f pods/s; create→bind p50 %v p99 %v max %v; %d GPUs used, %d shared GPUs serving several namespaces; CPU per pod: scheduler %.1fms, API server %.1fms",
 		r.name, r.nodes, r.pods, r.create.Seconds(), float64(r.pods)/r.create.Seconds(), r.bindWindow.Seconds(),
 		float64(r.pods-1)/r.bindWindow.Seconds(), r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.worst.Round(time.Millisecond),
-		r.gpus, r.mixed, 1000*r.schedCPU/float64(r.pods), 1000*r.apiCPU/float64(r.pods), r.setup.Seconds())
+		r.gpus, r.mixed, 1000*r.schedCPU/float64(r.pods), 1000*r.apiCPU/float64(r.pods))
 }
 
-// runScale starts a control plane and the scheduler, publishes the nodes'
-// slices, creates the pods and waits for every bind.
-func runScale(t *testing.T, r scaleRun) scaleResult {
-	nss := []string{"team-0", "team-1", "team-2", "team-3", "team-4"}
-	srv := apitest.Start(t)
-	fast := rest.CopyConfig(srv.Config)
-	fast.QPS, fast.Burst = 5000, 10000
-	cs, err := kubernetes.NewForConfig(fast)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), clusterTimeout)
-	defer cancel()
-	for _, ns := range nss {
-		if err := srv.EnsureNamespace(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, dc := range dradriver.DeviceClasses() {
-		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c := &cluster{t: t, ctx: ctx, cs: cs, srv: srv}
+// runScale starts the scheduler, creates the pods and waits for every
+// bind.
+func runScale(t *testing.T, c *cluster, r scaleRun) scaleResult {
+	ctx, srv, cs := c.ctx, c.srv, c.cs
 	res := scaleResult{name: r.name, nodes: r.nodes}
-
-	start := time.Now()
-	if err := parallel(32, r.nodes, func(i int) error { return addScaleNode(ctx, srv, cs, fmt.Sprintf("node-%04d", i)) }); err != nil {
-		t.Fatal(err)
-	}
-	res.setup = time.Since(start)
-	t.Logf("%s: %d nodes with slices in %.0fs", r.name, r.nodes, res.setup.Seconds())
-
 	profile := r.profile
 	if profile == "-" {
 		profile = ""
@@ -174,8 +239,10 @@ func runScale(t *testing.T, r scaleRun) scaleResult {
 	if r.profDir != "" {
 		opts.Args = append(opts.Args, "--profiling=true")
 	}
-	c.sched = apitest.StartScheduler(t, srv, opts)
-	defer c.sched.Stop()
+	if !r.backlog {
+		c.sched = apitest.StartScheduler(t, srv, opts)
+		defer c.sched.Stop()
+	}
 
 	// Binds, as a watch sees them.
 	var mu sync.Mutex
@@ -210,17 +277,24 @@ func runScale(t *testing.T, r scaleRun) scaleResult {
 	var prof []byte
 	var profErr error
 	var profWG sync.WaitGroup
-	if r.profDir != "" {
-		profWG.Go(func() { prof, profErr = cpuProfile(ctx, srv, c.sched.URL, "/debug/pprof/profile?seconds=20") })
-		profWG.Go(func() {
-			// what the scheduling goroutines wait on, a few seconds in
-			time.Sleep(4 * time.Second)
-			if b, err := cpuProfile(ctx, srv, c.sched.URL, "/debug/pprof/goroutine?debug=1"); err == nil {
-				_ = os.WriteFile(filepath.Join(r.profDir, fmt.Sprintf("goroutines-%d.txt", r.nodes)), b, 0o644)
-			}
-		})
+	var schedCPU0, apiCPU0 float64
+	measure := func() {
+		if r.profDir != "" {
+			tag := fmt.Sprintf("%s-%d", strings.Fields(r.name)[0], r.nodes)
+			profWG.Go(func() { prof, profErr = cpuProfile(ctx, srv, c.sched.URL, "/debug/pprof/profile?seconds=20") })
+			profWG.Go(func() {
+				// what the scheduling goroutines wait on, a few seconds in
+				time.Sleep(4 * time.Second)
+				if b, err := cpuProfile(ctx, srv, c.sched.URL, "/debug/pprof/goroutine?debug=1"); err == nil {
+					_ = os.WriteFile(filepath.Join(r.profDir, "goroutines-"+tag+".txt"), b, 0o644)
+				}
+			})
+		}
+		schedCPU0, apiCPU0 = processCPU(ctx, srv, c.sched.URL), processCPU(ctx, srv, "")
 	}
-	schedCPU0, apiCPU0 := processCPU(ctx, srv, c.sched.URL), processCPU(ctx, srv, "")
+	if !r.backlog {
+		measure()
+	}
 	first := time.Now()
 	if err := parallel(32, len(specs), func(i int) error {
 		p := specs[i]
@@ -236,6 +310,13 @@ func runScale(t *testing.T, r scaleRun) scaleResult {
 		t.Fatal(err)
 	}
 	res.create = time.Since(first)
+	if r.backlog {
+		// Every pod waits: the scheduler starts (its informers list the
+		// nodes, slices and pods) and works through the queue.
+		c.sched = apitest.StartScheduler(t, srv, opts)
+		defer c.sched.Stop()
+		measure()
+	}
 	res.pods = len(specs)
 	select {
 	case <-done:
@@ -251,7 +332,7 @@ func runScale(t *testing.T, r scaleRun) scaleResult {
 		if profErr != nil {
 			t.Errorf("CPU profile: %v", profErr)
 		} else {
-			f := filepath.Join(r.profDir, fmt.Sprintf("gpuslice-scheduler-%d.pprof", r.nodes))
+			f := filepath.Join(r.profDir, fmt.Sprintf("%s-%d%s.pprof", strings.Fields(r.name)[0], r.nodes, map[bool]string{true: "-backlog"}[r.backlog]))
 			if err := os.WriteFile(f, prof, 0o644); err != nil {
 				t.Error(err)
 			}
@@ -260,7 +341,7 @@ func runScale(t *testing.T, r scaleRun) scaleResult {
 	}
 	if r.profDir != "" {
 		if b, err := os.ReadFile(c.sched.LogFile); err == nil {
-			_ = os.WriteFile(filepath.Join(r.profDir, fmt.Sprintf("%s-%d.log", strings.Fields(r.name)[0], r.nodes)), b, 0o644)
+			_ = os.WriteFile(filepath.Join(r.profDir, fmt.Sprintf("%s-%d%s.log", strings.Fields(r.name)[0], r.nodes, map[bool]string{true: "-backlog"}[r.backlog])), b, 0o644)
 		}
 	}
 	mu.Lock()
