@@ -527,9 +527,9 @@ func checkScheduler(t *testing.T, r rendered, vals map[string]any) {
 		t.Errorf("config is %s %s", cfg.APIVersion, cfg.Kind)
 	}
 	// kube-scheduler's client defaults (qps 50, burst 100) cap binds near
-	// 15 pods/s: the chart raises them (values scheduler.clientConnection).
+	// 12 pods/s: the chart raises them (values scheduler.clientConnection).
 	cv, _ := sv["clientConnection"].(map[string]any)
-	wantQPS, wantBurst := "500", "1000"
+	wantQPS, wantBurst := "1000", "2000"
 	if v, ok := cv["qps"]; ok {
 		wantQPS = fmt.Sprint(v)
 	}

@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -128,7 +129,7 @@ func newScaleCluster(t *testing.T, nodes int) (*cluster, time.Duration) {
 		}
 	}
 	start := time.Now()
-	if err := parallel(32, nodes, func(i int) error { return addScaleNode(ctx, srv, cs, fmt.Sprintf("node-%04d", i)) }); err != nil {
+	if err := parallel(32, nodes, func(i int) error { return addScaleNode(ctx, cs, fmt.Sprintf("node-%04d", i)) }); err != nil {
 		t.Fatal(err)
 	}
 	return &cluster{t: t, ctx: ctx, cs: cs, srv: srv}, time.Since(start)
@@ -414,28 +415,71 @@ func parallel(workers, n int, f func(i int) error) error {
 }
 
 // addScaleNode is addNode for many goroutines: a ready Node of 8
-// A100-40GB and its slices.
-func addScaleNode(ctx context.Context, srv *apitest.Server, cs kubernetes.Interface, name string) error {
+// A100-40GB and its slices. Each write is retried (a loaded API server
+// times some out); one that went through before is taken as done.
+func addScaleNode(ctx context.Context, cs kubernetes.Interface, name string) error {
 	n := alloc.Node{Name: name}
 	for i := range 8 {
 		n.GPUs = append(n.GPUs, alloc.GPU{UUID: fmt.Sprintf("GPU-%s-%d", name, i), Index: i, Model: "A100-40GB", Healthy: true})
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
-		Capacity:    corev1.ResourceList{"cpu": resource.MustParse("256"), "memory": resource.MustParse("2Ti"), "pods": resource.MustParse("110")},
-		Allocatable: corev1.ResourceList{"cpu": resource.MustParse("256"), "memory": resource.MustParse("2Ti"), "pods": resource.MustParse("110")}}}
-	if _, err := srv.CreateReadyNode(ctx, node); err != nil {
+	res := corev1.ResourceList{"cpu": resource.MustParse("256"), "memory": resource.MustParse("2Ti"), "pods": resource.MustParse("110")}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}}}
+	if err := retried(ctx, func() error {
+		_, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		return err
+	}); err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
+	}
+	// As a kubelet leaves it once ready (the API server's not-ready taint
+	// lifted; no node controller runs to).
+	if err := retried(ctx, func() error {
+		cur, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		cur.Status.Capacity, cur.Status.Allocatable = res, res
+		cur.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}
+		if cur, err = cs.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		if len(cur.Spec.Taints) > 0 {
+			cur.Spec.Taints = nil
+			_, err = cs.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("node %s: %w", name, err)
 	}
 	sl, err := dradriver.Slices(n, 1, "580.65.06", nil)
 	if err != nil {
 		return err
 	}
 	for i := range sl {
-		if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, &sl[i], metav1.CreateOptions{}); err != nil {
+		if err := retried(ctx, func() error {
+			_, err := cs.ResourceV1().ResourceSlices().Create(ctx, &sl[i], metav1.CreateOptions{})
+			return err
+		}); err != nil {
 			return fmt.Errorf("slice %s: %w", sl[i].Name, err)
 		}
 	}
 	return nil
+}
+
+// retried runs a write up to five times while it fails for a reason other
+// than the object existing (a retried create that had gone through).
+func retried(ctx context.Context, write func() error) error {
+	var err error
+	for range 5 {
+		if err = write(); err == nil || apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Second)
+	}
+	return err
 }
 
 // createPod is cluster.create returning its error.
