@@ -61,6 +61,10 @@ type SchedulerOptions struct {
 	// for tests of several replicas; StartScheduler turns it off
 	// otherwise.
 	LeaderElect bool
+	// ReadyTimeout is how long StartScheduler waits for /readyz (its
+	// informers synced); 0 means a minute. Thousands of nodes' slices
+	// take longer to list on a loaded machine.
+	ReadyTimeout time.Duration
 }
 
 // Scheduler is a running stock kube-scheduler bound to one Server.
@@ -143,7 +147,11 @@ func startScheduler(ctx context.Context, s *Server, tmp string, opts SchedulerOp
 		bin = filepath.Join(s.BinDir, "kube-scheduler")
 	}
 	var url string
-	proc, logFile, err := startComponent(ctx, filepath.Base(bin), bin, tmp, "/readyz", 60*time.Second, func(port int) []string {
+	ready := opts.ReadyTimeout
+	if ready <= 0 {
+		ready = time.Minute
+	}
+	proc, logFile, err := startComponent(ctx, filepath.Base(bin), bin, tmp, "/readyz", ready, func(port int) []string {
 		url = "https://127.0.0.1:" + strconv.Itoa(port)
 		return append([]string{
 			"--config=" + configFile,

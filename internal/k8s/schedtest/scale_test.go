@@ -246,7 +246,8 @@ func runScale(t *testing.T, c *cluster, r scaleRun) scaleResult {
 	}
 	// The client CA lets the test's admin certificate read /metrics and
 	// /debug/pprof (the scheduler skips the cluster's lookup).
-	opts := apitest.SchedulerOptions{Binary: r.bin, Profiles: profile, Config: r.config, Args: []string{"--client-ca-file=" + srv.CAFile}}
+	opts := apitest.SchedulerOptions{Binary: r.bin, Profiles: profile, Config: r.config, Args: []string{"--client-ca-file=" + srv.CAFile},
+		ReadyTimeout: 15 * time.Minute}
 	if r.profDir != "" {
 		opts.Args = append(opts.Args, "--profiling=true")
 	}
@@ -493,18 +494,22 @@ func addScaleNode(ctx context.Context, cs kubernetes.Interface, name string) err
 	return nil
 }
 
-// retried runs a write up to five times while it fails for a reason other
-// than the object existing (a retried create that had gone through).
+// retried runs a write up to 30 times (backing off to 10 s) while it fails
+// for a reason other than the object existing (a retried create that had
+// gone through): an overloaded etcd times requests out for minutes.
 func retried(ctx context.Context, write func() error) error {
 	var err error
-	for range 5 {
+	wait := time.Second
+	for range 30 {
 		if err = write(); err == nil || apierrors.IsAlreadyExists(err) {
 			return nil
 		}
-		if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			return err
+		case <-time.After(wait):
 		}
-		time.Sleep(time.Second)
+		wait = min(2*wait, 10*time.Second)
 	}
 	return err
 }
