@@ -137,7 +137,38 @@ func CompileSelector(expr string) (cel.Program, error) {
 	return prg, err
 }
 
+// programs are compiled selectors shared by every State of the process
+// (a cel.Program is safe for concurrent use): a scheduler keeps one State
+// per node, and compiling each claim's selector once per node cost more
+// than deciding. Bounded: past maxPrograms new expressions are compiled
+// and not kept.
+var programs sync.Map // expr -> *program
+
+const maxPrograms = 4096
+
+var programCount atomic.Int64
+
+type program struct {
+	prg cel.Program
+	ast *cel.Ast
+	err error
+}
+
 func compileSelector(expr string) (cel.Program, *cel.Ast, error) {
+	if p, ok := programs.Load(expr); ok {
+		pr := p.(*program)
+		return pr.prg, pr.ast, pr.err
+	}
+	prg, ast, err := compileSelectorOnce(expr)
+	if programCount.Load() < maxPrograms {
+		if _, loaded := programs.LoadOrStore(expr, &program{prg, ast, err}); !loaded {
+			programCount.Add(1)
+		}
+	}
+	return prg, ast, err
+}
+
+func compileSelectorOnce(expr string) (cel.Program, *cel.Ast, error) {
 	env, err := celEnv()
 	if err != nil {
 		return nil, nil, err

@@ -204,6 +204,7 @@ driver:
 scheduler:
   placement: spread
   leaderElect: false
+  clientConnection: {qps: 300, burst: 600}
   replicas: 2
   schedulerName: gpu-scheduler
   tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]`,
@@ -225,6 +226,8 @@ func TestValuesRefused(t *testing.T) {
 		// values.schema.json: Helm refuses these before any template runs.
 		{`webhook: {tls: {mode: manual}}`, `at '/webhook/tls/mode': value must be one of 'auto', 'certManager', 'secret'`},
 		{`scheduler: {placement: fair}`, `at '/scheduler/placement': value must be one of 'binpack', 'spread'`},
+		{`scheduler: {clientConnection: {qps: 0}}`, `at '/scheduler/clientConnection/qps'`},
+		{`scheduler: {clientConnection: {burst: 1.5}}`, `at '/scheduler/clientConnection/burst'`},
 		{`webhook: {tlss: {mode: auto}}`, `at '/webhook': additional properties 'tlss' not allowed`},
 		{`driver: {kubeletdir: /var/lib/k0s/kubelet}`, `at '/driver': additional properties 'kubeletdir' not allowed`},
 		{`driver: {memoryGrace: 30}`, `at '/driver/memoryGrace'`},

@@ -526,6 +526,22 @@ func checkScheduler(t *testing.T, r rendered, vals map[string]any) {
 	if cfg.APIVersion != "kubescheduler.config.k8s.io/v1" || cfg.Kind != "KubeSchedulerConfiguration" {
 		t.Errorf("config is %s %s", cfg.APIVersion, cfg.Kind)
 	}
+	// kube-scheduler's client defaults (qps 50, burst 100) cap binds near
+	// 12 pods/s: the chart raises them (values scheduler.clientConnection).
+	cv, _ := sv["clientConnection"].(map[string]any)
+	wantQPS, wantBurst := "1000", "2000"
+	if v, ok := cv["qps"]; ok {
+		wantQPS = fmt.Sprint(v)
+	}
+	if v, ok := cv["burst"]; ok {
+		wantBurst = fmt.Sprint(v)
+	}
+	if got := fmt.Sprint(cfg.ClientConnection.QPS); got != wantQPS {
+		t.Errorf("clientConnection.qps %s, want %s", got, wantQPS)
+	}
+	if got := fmt.Sprint(cfg.ClientConnection.Burst); got != wantBurst {
+		t.Errorf("clientConnection.burst %s, want %s", got, wantBurst)
+	}
 	le := cfg.LeaderElection
 	if le.LeaderElect == nil || fmt.Sprint(*le.LeaderElect) != str("leaderElect", "true") || le.ResourceNamespace != r.ns || le.ResourceLock != "leases" {
 		t.Errorf("leaderElection %+v: want leaderElect %s on a lease in %s", le, str("leaderElect", "true"), r.ns)

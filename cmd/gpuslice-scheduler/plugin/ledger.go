@@ -31,6 +31,15 @@ type ledger struct {
 	slices map[string]map[string]*resourceapi.ResourceSlice // node -> slice name -> slice
 	nodes  map[string]*nodeEntry
 	claims map[types.UID]*claimEntry
+	// seq numbers node versions (nodeEntry.version).
+	seq uint64
+	// shared are Filter's verdicts on nodes with nothing allocated, by
+	// node shape and claim shape (see verdicts); shapes are numbered
+	// (ids, never reused) so a lookup hashes two numbers, not a node's
+	// device list and a claim's JSON.
+	shared map[shapePair]*verdict
+	ids    map[string]uint64
+	nextID uint64
 	// onFree is called (without l.mu) after devices were freed or
 	// added: a claim dropped, a slice changed.
 	onFree func()
@@ -46,6 +55,92 @@ type nodeEntry struct {
 	devErr error
 	st     *alloc.State // nil: rebuild from devs and claims
 	claims map[types.UID]bool
+	// version changes whenever the node's devices or State change;
+	// verdicts are Filter's answers for this version, by claim shape.
+	// Both are guarded by the ledger's lock.
+	version  uint64
+	verdicts map[uint64]*verdict
+	shape    uint64 // the id of devs.Shape() (0: not read yet)
+}
+
+// shapePair keys a shared verdict: a node shape's id and a claim shape's.
+type shapePair struct{ node, claim uint64 }
+
+// verdict is what Filter learnt of a pod's claims (by their shape) on a
+// node: whether they fit (else why not), the GPU share they newly hold
+// and how full the node's GPUs are after, and what they hold (quota).
+// The allocations themselves are made again in Reserve.
+type verdict struct {
+	reason string // "": they fit
+	share  float64
+	used   float64
+	mem    int64
+	comp   int
+	pref   int64 // the subrequests' score (prioritized lists)
+}
+
+// maxShared bounds the shared verdicts (claim shapes × node shapes).
+const maxShared = 1 << 14
+
+// changed gives the node a new version (its verdicts are forgotten).
+// Caller holds l.mu.
+func (l *ledger) changed(n *nodeEntry) {
+	l.seq++
+	n.version = l.seq
+	n.verdicts = nil
+}
+
+// shapeID numbers a shape (a node's or a claim's). Caller holds l.mu.
+func (l *ledger) shapeID(shape string) uint64 {
+	id, ok := l.ids[shape]
+	if !ok {
+		if len(l.ids) >= maxShared {
+			// forget them all; ids are never reused, so verdicts
+			// kept under old ones are only never found again
+			clear(l.ids)
+			clear(l.shared)
+		}
+		l.nextID++
+		id = l.nextID
+		l.ids[shape] = id
+	}
+	return id
+}
+
+// cachedVerdict returns the verdict for claims of shape id claim on the
+// node as it is now, or nil, with the node's version to store one under.
+// shareable says the claims read no GPU uuid, so an empty node's verdict
+// holds for every empty node of its shape. Caller holds l.mu.
+func (l *ledger) cachedVerdict(n *nodeEntry, nd *draalloc.NodeDevices, claim uint64, shareable bool) (*verdict, uint64) {
+	if len(n.claims) == 0 && shareable {
+		if n.shape == 0 {
+			n.shape = l.shapeID(nd.Shape())
+		}
+		return l.shared[shapePair{n.shape, claim}], n.version
+	}
+	return n.verdicts[claim], n.version
+}
+
+// keepVerdict stores a verdict made on version of the node, unless the
+// node changed meanwhile. Caller holds l.mu.
+func (l *ledger) keepVerdict(n *nodeEntry, nd *draalloc.NodeDevices, version, claim uint64, shareable bool, v *verdict) {
+	if n.version != version {
+		return
+	}
+	if len(n.claims) == 0 && shareable {
+		if n.shape == 0 {
+			n.shape = l.shapeID(nd.Shape())
+		}
+		if len(l.shared) >= maxShared {
+			clear(l.shared)
+		}
+		l.shared[shapePair{n.shape, claim}] = v
+		return
+	}
+	if n.verdicts == nil {
+		n.verdicts = map[uint64]*verdict{}
+	}
+	n.verdicts[claim] = v
 }
 
 type claimEntry struct {
@@ -66,7 +161,7 @@ type claimEntry struct {
 
 func newLedger(policy alloc.Policy, cat *catalog.Catalog) *ledger {
 	return &ledger{cat: cat, policy: policy, slices: map[string]map[string]*resourceapi.ResourceSlice{},
-		nodes: map[string]*nodeEntry{}, claims: map[types.UID]*claimEntry{}}
+		nodes: map[string]*nodeEntry{}, claims: map[types.UID]*claimEntry{}, shared: map[shapePair]*verdict{}, ids: map[string]uint64{}}
 }
 
 // node returns the node's entry, creating it. Caller holds l.mu.
@@ -84,10 +179,11 @@ func (l *ledger) node(name string) *nodeEntry {
 // the old State first.
 func (l *ledger) stale(name string, devicesToo bool) {
 	n := l.node(name)
+	l.changed(n)
 	n.mu.Lock()
 	n.st = nil
 	if devicesToo {
-		n.devs, n.devErr = nil, nil
+		n.devs, n.devErr, n.shape = nil, nil, 0
 		for uid := range n.claims {
 			if e := l.claims[uid]; e != nil && e.rc != nil {
 				e.a = nil
@@ -251,7 +347,9 @@ func (l *ledger) reserve(uid types.UID, namespace string, a *alloc.Allocation, r
 	e := &claimEntry{uid: uid, namespace: namespace, node: node, a: cloneAlloc(a), devices: devs, inflight: true}
 	e.memMiB, e.compute = holds(a)
 	l.claims[uid] = e
-	l.node(node).claims[uid] = true
+	n := l.node(node)
+	n.claims[uid] = true
+	l.changed(n)
 }
 
 // unreserve forgets an in-flight allocation (Unreserve): its node's State

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -233,6 +234,16 @@ type cycle struct {
 	acs      []*draalloc.Claim            // translated, for toAlloc
 	node     string                       // the node claims already allocated are on ("" none)
 	classes  map[string]*resourceapi.DeviceClass
+	// key is the shape of acs (names left out), for the ledger's
+	// verdicts, and id its number there; shareable says no selector
+	// reads a GPU uuid.
+	key       string
+	id        uint64
+	shareable bool
+	// usedMem and usedComp are what the namespace's claims held when the
+	// cycle began (quota); Reserve counts again.
+	usedMem  int64
+	usedComp int
 
 	mu      sync.Mutex
 	results map[string]*nodeResult
@@ -264,7 +275,8 @@ func (c *cycle) Clone() fwk.StateData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := &cycle{ours: c.ours, gen: c.gen, ns: c.ns, quota: c.quota, priority: c.priority, claims: c.claims, toAlloc: c.toAlloc, acs: c.acs, node: c.node,
-		classes: c.classes, results: map[string]*nodeResult{}, removed: map[string]map[types.UID]bool{}}
+		classes: c.classes, key: c.key, id: c.id, shareable: c.shareable, usedMem: c.usedMem, usedComp: c.usedComp,
+		results: map[string]*nodeResult{}, removed: map[string]map[types.UID]bool{}}
 	for n, m := range c.removed {
 		d.removed[n] = maps_clone(m)
 	}
@@ -410,10 +422,51 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		c.claims = append(c.claims, rc)
 		c.acs = append(c.acs, ac)
 	}
+	c.key, c.shareable = shapeKey(c.acs)
+	p.led.mu.Lock()
+	// A prioritized list under a namespace quota may take a later
+	// subrequest because of the quota, which a kept answer does not
+	// know: such cycles decide on every node (c.id 0).
+	if c.key != "" && (c.quota == nil || !hasChoices(c.acs)) {
+		c.id = p.led.shapeID(c.key)
+	}
+	if c.quota != nil {
+		c.usedMem, c.usedComp = p.led.usageLocked(c.ns, nil)
+	}
+	p.led.mu.Unlock()
+	p.holderGone()
 	if c.node != "" {
 		return &fwk.PreFilterResult{NodeNames: sets.New(c.node)}, nil
 	}
 	return nil, nil
+}
+
+// shapeKey is the claims without their names, as Filter's verdicts are
+// keyed: claims of one shape get one answer on a node. shareable says no
+// selector reads a GPU's uuid (the answer on an empty node then holds for
+// every empty node of its shape).
+func shapeKey(acs []*draalloc.Claim) (string, bool) {
+	keys := make([]string, len(acs))
+	shareable := true
+	for i, ac := range acs {
+		k, readsUUID, _ := ac.Shape()
+		if k == "" {
+			return "", false
+		}
+		keys[i] = k
+		shareable = shareable && !readsUUID
+	}
+	return strings.Join(keys, "\n"), shareable
+}
+
+// hasChoices says a claim has a prioritized list.
+func hasChoices(acs []*draalloc.Claim) bool {
+	for _, ac := range acs {
+		if _, _, choices := ac.Shape(); choices {
+			return true
+		}
+	}
+	return false
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin: AddPod and RemovePod
@@ -491,13 +544,29 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if len(c.toAlloc) == 0 {
 		return nil
 	}
-	p.holderGone()
 	if held, note := p.hold.held(pod.UID, c.priority, p.now()); held == node.Name {
 		return fwk.NewStatus(fwk.Unschedulable, note)
 	}
 	c.mu.Lock()
 	skip := c.removed[node.Name]
 	c.mu.Unlock()
+	if len(skip) == 0 && c.id != 0 {
+		v, err := p.verdict(c, node.Name, node.Labels)
+		if err != nil {
+			return fwk.AsStatus(err)
+		}
+		reason := v.reason
+		if reason == "" && c.quota != nil {
+			reason = c.quota.exceeded(c.ns, c.usedMem, c.usedComp, v.mem, v.comp)
+		}
+		if reason != "" {
+			return fwk.NewStatus(fwk.Unschedulable, reason)
+		}
+		c.mu.Lock()
+		c.results[node.Name] = &nodeResult{share: v.share, used: v.used, pref: v.pref}
+		c.mu.Unlock()
+		return nil
+	}
 	r, reason, err := p.decide(c, node.Name, node.Labels, skip, false)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -509,6 +578,47 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	c.results[node.Name] = r
 	c.mu.Unlock()
 	return nil
+}
+
+// verdict is Filter's answer for the cycle's claims on a node: the
+// ledger's, when the node has not changed since claims of this shape were
+// decided on it (or, empty, on any empty node of its shape), else the
+// allocator's (decide), kept for the next pod of the shape. Most nodes
+// of a big cluster do not change between two pods, so most Filter calls
+// are a map lookup.
+func (p *Plugin) verdict(c *cycle, node string, labels map[string]string) (*verdict, error) {
+	l := p.led
+	l.mu.Lock()
+	n := l.node(node)
+	if labels != nil && !maps.Equal(labels, n.labels) {
+		n.labels = maps.Clone(labels)
+		l.stale(node, true)
+	}
+	nd, err := l.devices(n)
+	if err != nil {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("node %s: %w", node, err)
+	}
+	v, version := l.cachedVerdict(n, nd, c.id, c.shareable)
+	l.mu.Unlock()
+	if v != nil {
+		return v, nil
+	}
+	// the quota is checked per cycle, not kept
+	free := &cycle{ns: c.ns, claims: c.claims, toAlloc: c.toAlloc, acs: c.acs, classes: c.classes}
+	r, reason, err := p.decide(free, node, labels, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	v = &verdict{reason: reason}
+	if r != nil {
+		v.share, v.used, v.pref = r.share, r.used, r.pref
+		v.mem, v.comp = holdsAll(r.as)
+	}
+	l.mu.Lock()
+	l.keepVerdict(n, nd, version, c.id, c.shareable, v)
+	l.mu.Unlock()
+	return v, nil
 }
 
 // decide allocates the cycle's claims on one node; commit applies them
@@ -551,6 +661,7 @@ func (p *Plugin) decide(c *cycle, node string, labels map[string]string, skip ma
 			}
 			if len(applied) > 0 {
 				n.st = nil // Release leaves idle MIG instances: rebuild
+				p.led.changed(n)
 			}
 		}
 		return nil, reason, nil

@@ -32,7 +32,9 @@ type SchedulerOptions struct {
 	// Config is a whole KubeSchedulerConfiguration (YAML or JSON) to start
 	// from, e.g. with extenders or percentageOfNodesToScore. StartScheduler
 	// always sets its clientConnection.kubeconfig (the test API server)
-	// and leaderElection.leaderElect=false, overriding what it says.
+	// and leaderElection.leaderElect=false, overriding what it says; its
+	// clientConnection qps and burst are kept when given (else 200 and
+	// 400, four times kube-scheduler's defaults).
 	// Empty: an empty configuration (the scheduler's defaults).
 	Config string
 	// Profiles is the YAML (or JSON) list that becomes the configuration's
@@ -59,6 +61,10 @@ type SchedulerOptions struct {
 	// for tests of several replicas; StartScheduler turns it off
 	// otherwise.
 	LeaderElect bool
+	// ReadyTimeout is how long StartScheduler waits for /readyz (its
+	// informers synced); 0 means a minute. Thousands of nodes' slices
+	// take longer to list on a loaded machine.
+	ReadyTimeout time.Duration
 }
 
 // Scheduler is a running stock kube-scheduler bound to one Server.
@@ -67,6 +73,9 @@ type Scheduler struct {
 	ConfigFile string
 	// LogFile holds its stdout and stderr.
 	LogFile string
+	// URL is its secure serving address (https://127.0.0.1:port): /readyz,
+	// /metrics and, started with --profiling, /debug/pprof/.
+	URL string
 
 	proc *process
 	once sync.Once
@@ -137,7 +146,13 @@ func startScheduler(ctx context.Context, s *Server, tmp string, opts SchedulerOp
 	if bin == "" {
 		bin = filepath.Join(s.BinDir, "kube-scheduler")
 	}
-	proc, logFile, err := startComponent(ctx, filepath.Base(bin), bin, tmp, "/readyz", 60*time.Second, func(port int) []string {
+	var url string
+	ready := opts.ReadyTimeout
+	if ready <= 0 {
+		ready = time.Minute
+	}
+	proc, logFile, err := startComponent(ctx, filepath.Base(bin), bin, tmp, "/readyz", ready, func(port int) []string {
+		url = "https://127.0.0.1:" + strconv.Itoa(port)
 		return append([]string{
 			"--config=" + configFile,
 			"--authentication-kubeconfig=" + kubeconfig,
@@ -154,7 +169,7 @@ func startScheduler(ctx context.Context, s *Server, tmp string, opts SchedulerOp
 	if proc == nil {
 		return nil, err
 	}
-	return &Scheduler{ConfigFile: configFile, LogFile: logFile, proc: proc}, err
+	return &Scheduler{ConfigFile: configFile, LogFile: logFile, URL: url, proc: proc}, err
 }
 
 // startComponent starts a control-plane component (kube-scheduler,
@@ -210,7 +225,12 @@ func schedulerConfig(opts SchedulerOptions, kubeconfig string) ([]byte, error) {
 		cc = map[string]any{}
 	}
 	cc["kubeconfig"] = kubeconfig
-	cc["qps"], cc["burst"] = 200, 400
+	if _, ok := cc["qps"]; !ok {
+		cc["qps"] = 200
+	}
+	if _, ok := cc["burst"]; !ok {
+		cc["burst"] = 400
+	}
 	cfg["clientConnection"] = cc
 	le, _ := cfg["leaderElection"].(map[string]any)
 	if le == nil {

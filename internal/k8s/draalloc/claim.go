@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -83,6 +85,35 @@ func ToClaim(rc *resourceapi.ResourceClaim, priority int) (alloc.Claim, error) {
 // device.driver comparisons) becomes the one the allocator's model uses.
 // Attributes the allocator cannot read are refused.
 func selector(expr string) (string, error) {
+	if r, ok := selectors.Load(expr); ok {
+		t := r.(translated)
+		return t.out, t.err
+	}
+	out, err := translate(expr)
+	if selectorCount.Load() < maxSelectors {
+		if _, loaded := selectors.LoadOrStore(expr, translated{out, err}); !loaded {
+			selectorCount.Add(1)
+		}
+	}
+	return out, err
+}
+
+// selectors are the translations made (a scheduler translates a claim
+// in every cycle of its pod, and most claims share a few selectors);
+// bounded: past maxSelectors new ones are translated and not kept.
+var (
+	selectors     sync.Map // expr -> translated
+	selectorCount atomic.Int64
+)
+
+const maxSelectors = 4096
+
+type translated struct {
+	out string
+	err error
+}
+
+func translate(expr string) (string, error) {
 	if err := compileDRA(expr); err != nil {
 		return "", err
 	}

@@ -3,6 +3,8 @@ package draalloc
 import (
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -39,6 +41,7 @@ type NodeDevices struct {
 	// "shared/<uuid>/<tenant>" for a tenant's copy),
 	// "mig/<uuid>/<profile>@<start>".
 	byKey map[string]string
+	shape string
 }
 
 // NodeFromSlices reads the gpuslice devices of node from slices (any
@@ -64,6 +67,7 @@ func NodeFromSlices(node string, labels map[string]string, slices []*resourceapi
 		gen = max(gen, s.Spec.Pool.Generation)
 	}
 	gpus := map[string]*alloc.GPU{}
+	known := map[string]bool{}
 	for _, s := range mine {
 		if s.Spec.Pool.Generation != gen {
 			continue
@@ -100,8 +104,12 @@ func NodeFromSlices(node string, labels map[string]string, slices []*resourceapi
 				return nil, fmt.Errorf("ResourceSlice %s device %s: no GPU uuid (attribute uuid or parentUUID)", s.Name, d.Name)
 			}
 			model := str("model")
-			if _, err := cat.GPU(model); err != nil {
-				return nil, fmt.Errorf("ResourceSlice %s device %s: attribute model: %w", s.Name, d.Name, err)
+			if !known[model] {
+				// once per model: the catalog hands out copies
+				if _, err := cat.GPU(model); err != nil {
+					return nil, fmt.Errorf("ResourceSlice %s device %s: attribute model: %w", s.Name, d.Name, err)
+				}
+				known[model] = true
 			}
 			g := gpus[dev.GPU]
 			if g == nil {
@@ -131,7 +139,36 @@ func NodeFromSlices(node string, labels map[string]string, slices []*resourceapi
 		nd.Node.GPUs = append(nd.Node.GPUs, *g)
 	}
 	sort.Slice(nd.Node.GPUs, func(i, j int) bool { return nd.Node.GPUs[i].Index < nd.Node.GPUs[j].Index })
+	nd.shape = shapeOf(nd)
 	return nd, nil
+}
+
+// Shape is the node's devices without its names: GPUs by index with
+// their models and the devices each offers (GPU uuids replaced by
+// indices). Two nodes of one shape with nothing allocated give the same
+// answer to any claim whose selectors read no uuid: a scheduler may
+// decide for one and reuse the answer for the other.
+func (nd *NodeDevices) Shape() string { return nd.shape }
+
+func shapeOf(nd *NodeDevices) string {
+	idx := map[string]string{}
+	var b strings.Builder
+	for _, g := range nd.Node.GPUs {
+		idx[g.UUID] = strconv.Itoa(g.Index)
+		fmt.Fprintf(&b, "%d:%s:%t:%t:%s;", g.Index, g.Model, g.Healthy, g.DynamicMIG, g.Sharing.Mode)
+	}
+	keys := make([]string, 0, len(nd.byKey))
+	for k := range nd.byKey {
+		typ, rest, _ := strings.Cut(k, "/")
+		gpu, tail, _ := strings.Cut(rest, "/")
+		if i, ok := idx[gpu]; ok {
+			gpu = "#" + i
+		}
+		keys = append(keys, typ+"/"+gpu+"/"+tail)
+	}
+	sort.Strings(keys)
+	b.WriteString(strings.Join(keys, ","))
+	return b.String()
 }
 
 func deviceKey(typ, gpu, profile string, start int) string {
