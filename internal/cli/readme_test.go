@@ -119,6 +119,7 @@ var walkedDocs = []string{
 	"docs/kubernetes-autoscaling.md",
 	"docs/dashboard.md",
 	"docs/sandbox.md",
+	"docs/kubernetes-versions.md",
 }
 
 // TestEveryDocIsWalked fails when a page under docs/ has a ```sh block
@@ -668,6 +669,10 @@ var readmeSteps = map[string]readmeStep{
 	`$KUBECTL apply -f /root/.cache/gpuslice/sandbox/example.yaml`:                                         {skip: sandboxSkip},
 	`$KUBECTL wait --for=jsonpath='{.status.phase}'=Succeeded pod/gpuslice-example --timeout=2m`:           {skip: sandboxSkip},
 	`$KUBECTL logs gpuslice-example`:                                                                       {skip: sandboxSkip},
+	`scripts/controlplane.sh                       # v1.36.3: test/controlplane/go.mod, etcd v3.6.8`:       {skip: versionsSkip},
+	`K8S_VERSION=v1.37.2 scripts/controlplane.sh   # v1.37.2: test/controlplane/go.1.37.mod, etcd v3.7.0`:  {skip: versionsSkip},
+	`K8S_VERSION=v1.37.2 scripts/gpuslice-scheduler.sh   # cmd/gpuslice-scheduler/go.1.37.mod`:             {skip: versionsSkip},
+	`GPUSLICE_K8S_VERSION=v1.37.2 go test ./internal/k8s/...`:                                              {skip: versionsSkip},
 }
 
 // sandboxSkip is why the walk does not run docs/sandbox.md: it needs root and
@@ -675,3 +680,8 @@ var readmeSteps = map[string]readmeStep{
 // (test/helmchart/realnode), which installs the same chart on the same node
 // harness (internal/k8s/nodetest) as scripts/sandbox.sh up.
 const sandboxSkip = "a real node as root (minutes); TestRealNode installs the same chart on the same harness"
+
+// versionsSkip is why the walk does not run docs/kubernetes-versions.md:
+// scripts/test.sh runs these very commands (its control plane and
+// "kubernetes v1.37.2" phases), which take minutes.
+const versionsSkip = "builds Kubernetes (minutes); scripts/test.sh runs these commands in its control plane and v1.37.2 phases"
