@@ -109,6 +109,9 @@ type need struct {
 	allStarts bool
 	// alts collects the other starts of a mode switch when allStarts.
 	alts []cand
+	// wholeOnly rules out MIG instances (and mode switches): the first
+	// pass of a claim that did not ask for MIG (see wholeFirst).
+	wholeOnly bool
 }
 
 // offLimits reports whether the constraints keep the device off GPU gi on
@@ -278,7 +281,7 @@ func tenancyAllows(d *devState, tenant string, iso Isolation) bool {
 func (s *State) tryJoin(n *need, di int, ch choice, rank int) (cand, reason) {
 	d := &s.devs[di]
 	g := &s.gpus[d.gpu]
-	if !d.alive || d.idle() {
+	if !d.alive || d.idle() || (n.wholeOnly && d.isMIG) {
 		return cand{}, rMode
 	}
 	if r := s.gate(n, di); r != rOK {
@@ -342,7 +345,7 @@ func sameProfile(g *gpuState, p int, name string) bool {
 func (s *State) tryOpen(n *need, di int, ch choice, rank int) (cand, reason) {
 	d := &s.devs[di]
 	g := &s.gpus[d.gpu]
-	if !d.alive || !d.idle() {
+	if !d.alive || !d.idle() || (n.wholeOnly && d.isMIG) {
 		return cand{}, rMode
 	}
 	if r := s.gate(n, di); r != rOK {
@@ -450,7 +453,7 @@ func (s *State) tryCreate(n *need, gi, p int, ch choice, rank int) (cand, reason
 		return cand{}, rUnhealthy
 	case n.offLimits(gi, g.node):
 		return cand{}, rConstraint
-	case !g.migOn || !g.dynamic:
+	case !g.migOn || !g.dynamic || n.wholeOnly:
 		return cand{}, rMode
 	case ch.mode == Exclusive && !ch.inMIG:
 		return cand{}, rMode
@@ -540,7 +543,7 @@ func (s *State) tryEvict(n *need, gi, p int, ch choice, rank int) (cand, reason)
 func (s *State) trySwitch(n *need, gi int, ch choice, rank int) (cand, reason) {
 	g := &s.gpus[gi]
 	switch {
-	case !s.policy.AllowModeSwitch || g.geo == nil:
+	case !s.policy.AllowModeSwitch || g.geo == nil || n.wholeOnly:
 		return cand{}, rNone // not an option here: says nothing about the node
 	case s.nodes[g.node].node.Unschedulable:
 		return cand{}, rUnschedulable

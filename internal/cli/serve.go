@@ -147,7 +147,7 @@ func serveCmd(e *env) *cobra.Command {
 	var maxQueued, defReplicas int
 	var ret retentionFlags
 	var maxStreamsToken, maxStreamsTenant int
-	var noAgent, modeSwitch, selfSigned bool
+	var noAgent, modeSwitch, selfSigned, preferMIG bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the control plane with an embedded store and a local node agent",
@@ -221,7 +221,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 			if defReplicas < 1 || defReplicas > 64 {
 				return fmt.Errorf("--default-replicas %d: want 1..%d", defReplicas, 64)
 			}
-			policy := alloc.Policy{Placement: placement, AllowModeSwitch: modeSwitch, DefaultReplicas: defReplicas}
+			policy := alloc.Policy{Placement: placement, AllowModeSwitch: modeSwitch, DefaultReplicas: defReplicas, PreferMIG: preferMIG}
 			if !cmd.Flags().Changed("allow-mode-switch") {
 				policy.AllowModeSwitch = dev.Info().Simulated // harmless on simulated GPUs
 			}
@@ -364,6 +364,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 	cmd.Flags().StringVar(&replicaUser, "replica-user", "", "as root: run every service replica as this unprivileged user instead of --replica-uids (never root)")
 	cmd.Flags().StringVar(&replicaDir, "replica-dir", filepath.Join(os.TempDir(), "gpuslice-replicas"), "where each service replica gets a working directory of its own (outside the data directory)")
 	cmd.Flags().BoolVar(&noAgent, "no-agent", false, "run no local node agent (nodes join with gpuslice agent)")
+	cmd.Flags().BoolVar(&preferMIG, "prefer-mig", false, "put time-sliced, MPS and auto claims that name no MIG profile into MIG instances (which hold less of a GPU) even while a whole GPU could take them; default: whole GPUs first, MIG instances only when none can, and the claim's notes say so")
 	cmd.Flags().BoolVar(&modeSwitch, "allow-mode-switch", false, "let the allocator turn MIG on or off on idle GPUs (resets them; default: on for simulated GPUs only)")
 	return cmd
 }
