@@ -151,6 +151,7 @@ const (
 	rConstraint
 	rSelector
 	rMode
+	rMIGOff
 	rProfile
 	rIsolation
 	rMemory
@@ -168,6 +169,7 @@ var reasonText = map[reason]string{
 	rConstraint:    "constraint not met",
 	rSelector:      "selector mismatch",
 	rMode:          "sharing mode mismatch",
+	rMIGOff:        "MIG off on its GPUs",
 	rProfile:       "no matching MIG profile",
 	rIsolation:     "tenant isolation",
 	rMemory:        "insufficient GPU memory",
@@ -288,6 +290,8 @@ func (s *State) tryJoin(n *need, di int, ch choice, rank int) (cand, reason) {
 		return cand{}, r
 	}
 	switch {
+	case d.mode != TimeSlice && d.mode != MPS:
+		return cand{}, rBusy // held whole by a claim: nothing to share
 	case d.mode != ch.mode || (ch.mode != TimeSlice && ch.mode != MPS) || (ch.inMIG && !d.isMIG):
 		return cand{}, rMode
 	case n.req.Profile != "" && (!d.isMIG || !sameProfile(g, d.profile, n.req.Profile)):

@@ -34,9 +34,9 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code
 
 func runCmd(e *env, c *conn) *cobra.Command {
 	var memory, mode, profile, isolation, tenant, node, workload, policy, faultPolicy string
-	var compute, priority int
+	var compute, priority, gpus int
 	var timeout, leaseFor time.Duration
-	var waitForNodes bool
+	var waitForNodes, sameGPU bool
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Claim a GPU slice, run a command with it, release it when the command exits",
@@ -59,12 +59,31 @@ released and run fails.`,
 					return fmt.Errorf("--memory: %w", err)
 				}
 			}
+			if gpus < 1 || gpus > alloc.MaxDevicesPerClaim {
+				return fmt.Errorf("--gpus %d: want 1..%d", gpus, alloc.MaxDevicesPerClaim)
+			}
+			if sameGPU && gpus < 2 {
+				return fmt.Errorf("--same-gpu: needs --gpus 2 or more (one device is always on one GPU)")
+			}
 			cs := api.ClaimSpec{Priority: priority, Isolation: alloc.Isolation(isolation), Requests: []alloc.Request{req}, MemoryPolicy: policy, FaultPolicy: faultPolicy}
+			if gpus > 1 {
+				// CMD runs on one host: every device on one node, and with
+				// --same-gpu on one physical GPU (MIG instances or shares
+				// of it).
+				cs.Requests[0].Count = gpus
+				cs.Constraints = []alloc.Constraint{{Match: "node"}}
+				if sameGPU {
+					cs.Constraints = []alloc.Constraint{{Match: "gpu"}}
+				}
+			}
 			if node == "" {
 				// Run here when this host is a node of the server.
 				if err := cl.Do(cmd.Context(), http.MethodGet, "/v1/nodes/"+url.PathEscape(hostName()), nil, nil); err == nil {
 					node = hostName()
 				}
+			} else if err := runsHere(cmd.Context(), cl, node); err != nil {
+				// CMD would run here with another machine's GPU ids.
+				return err
 			}
 			cs.Node = node
 			cs.WaitForNodes = waitForNodes
@@ -228,8 +247,15 @@ released and run fails.`,
 				return interrupted(id)
 			}
 			a := claim.Allocation
-			if n := a.Devices[0].Node; n != hostName() && node == "" {
-				return fmt.Errorf("claim %s was placed on node %s, not this host (%s): run there, or pass --node", claim.ID, n, hostName())
+			checked := map[string]bool{node: node != ""} // --node was checked before the claim was made
+			for _, d := range a.Devices {
+				if checked[d.Node] {
+					continue
+				}
+				checked[d.Node] = true
+				if err := runsHere(ctx, cl, d.Node); err != nil {
+					return fmt.Errorf("claim %s was placed on node %s: %w; released it", claim.ID, d.Node, err)
+				}
 			}
 			// Only what valid device ids and pipe directories produce
 			// reaches CMD (or the terminal): no newline, NUL or shell
@@ -238,6 +264,9 @@ released and run fails.`,
 				return fmt.Errorf("claim %s: refusing to start %s with this environment: %w", claim.ID, args[0], err)
 			}
 			fmt.Fprintf(e.errOut, "gpuslice: %s allocated: %s\n", claim.ID, devicesText(claim))
+			for _, note := range a.Notes {
+				fmt.Fprintf(e.errOut, "gpuslice: %s note: %s\n", claim.ID, note)
+			}
 			child := exec.Command(args[0], args[1:]...)
 			child.Stdin, child.Stdout, child.Stderr = os.Stdin, e.out, e.errOut
 			child.Env = os.Environ()
@@ -298,7 +327,9 @@ released and run fails.`,
 	f.StringVar(&isolation, "isolation", "", "none, tenant (default) or hardware")
 	f.StringVar(&workload, "workload", "", "inference, interactive, batch or training (guides auto)")
 	f.StringVar(&tenant, "tenant", "default", "the tenant to claim for (admin tokens; a tenant token claims for its own when this is not given)")
-	f.StringVar(&node, "node", "", "run on this node (default: this host when it is a node)")
+	f.StringVar(&node, "node", "", "claim on this node, which must be this host's (default: this host when it is a node); CMD runs here, so a node of another host is refused")
+	f.IntVar(&gpus, "gpus", 1, "how many devices, each with --memory, --compute, --mode and --profile, all on one node (CUDA_VISIBLE_DEVICES lists them all)")
+	f.BoolVar(&sameGPU, "same-gpu", false, "with --gpus: all the devices on one physical GPU (MIG instances or shares of it)")
 	f.StringVar(&policy, "memory-policy", "warn", "when a process exceeds its memory: warn or kill")
 	f.StringVar(&faultPolicy, "fault-policy", "fail", "when the GPU fails while CMD runs: fail or requeue")
 	f.IntVar(&priority, "priority", 0, "higher goes first in the queue; at most the tenant's max priority, which an admin sets (gpuslice tenants put NAME --max-priority N; default 0)")
@@ -332,7 +363,7 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 			if err := watchFaults(ctx, dev, faultDir, faultDir != "", log); err != nil {
 				return err
 			}
-			acfg := agent.Config{Name: name, Client: cl, Device: dev, Log: log, Interval: interval}
+			acfg := agent.Config{Name: name, Host: hostName(), Client: cl, Device: dev, Log: log, Interval: interval}
 			agentDuties(&acfg, dev, log, cdiDir)
 			a, err := agent.New(acfg)
 			if err != nil {
@@ -364,4 +395,23 @@ func flagMemoryMiB(v string) (int64, error) {
 		return 0, fmt.Errorf("%q has no unit: write %sGiB or %sMiB", v, t, t)
 	}
 	return spec.ParseMemoryMiB(v)
+}
+
+// runsHere says whether a node's GPUs are on this host, where run starts
+// CMD: the node's agent reports the machine it runs on (a node of an
+// older agent, which does not, counts as this host's only when it is
+// named after it). An error says what to do instead.
+func runsHere(ctx context.Context, cl *client.Client, node string) error {
+	var n api.Node
+	if err := cl.Do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(node), nil, &n); err != nil {
+		return fmt.Errorf("--node %s: %w", node, err)
+	}
+	host := n.Host
+	if host == "" {
+		host = n.Name
+	}
+	if host != hostName() {
+		return fmt.Errorf("node %s is on host %s, not this one (%s): gpuslice run starts CMD here, where that node's GPUs are not; run it on %s, or leave --node out", node, host, hostName(), host)
+	}
+	return nil
 }

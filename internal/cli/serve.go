@@ -261,7 +261,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				if err != nil {
 					return err
 				}
-				acfg := agent.Config{Name: nodeName, Client: c, Device: dev, Log: log.With("agent", nodeName), Interval: 2 * time.Second}
+				acfg := agent.Config{Name: nodeName, Host: hostName(), Client: c, Device: dev, Log: log.With("agent", nodeName), Interval: 2 * time.Second}
 				agentDuties(&acfg, dev, log, cdiDir)
 				a, err := agent.New(acfg)
 				if err != nil {

@@ -110,7 +110,7 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 		at := start
 		c.Allocated = &at
 	} else {
-		c.Reason = aerr.Error()
+		c.Reason = claimReason(c, aerr)
 	}
 	if err := tx.CreateClaim(c); err != nil {
 		return err
