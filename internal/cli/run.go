@@ -166,8 +166,12 @@ released and run fails.`,
 				if _, err := cl.Release(rc, id); err != nil {
 					var ce *client.Error
 					if errors.As(err, &ce) && ce.Status == http.StatusConflict && ce.State == api.Failed {
-						// Its GPU failed under it: over already, nothing to give back.
-						fmt.Fprintf(e.errOut, "gpuslice: claim %s had failed: %s\n", id, ce.Message)
+						// Its GPU failed under it (or its node was removed):
+						// over already, nothing to give back; said already
+						// when the lease found it over.
+						if _, said := lostClaim.Load().(error); !said {
+							fmt.Fprintf(e.errOut, "gpuslice: claim %s had failed: %s\n", id, ce.Message)
+						}
 						return
 					}
 					fmt.Fprintf(e.errOut, "gpuslice: releasing %s: %v\n", id, err)
@@ -178,7 +182,11 @@ released and run fails.`,
 			go func() {
 				if err, ok := <-lost; ok {
 					lostClaim.Store(err)
-					fmt.Fprintf(e.errOut, "gpuslice: claim %s is over (%v): stopping\n", id, err)
+					why := err.Error()
+					if ce := (*client.Error)(nil); errors.As(err, &ce) && ce.Message != "" {
+						why = ce.Message
+					}
+					fmt.Fprintf(e.errOut, "gpuslice: %s is over: %s; stopping CMD (SIGTERM, then SIGKILL after 10s)\n", id, why)
 					cancel()
 				}
 			}()
@@ -351,7 +359,10 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(e.errOut, nil))
-			dev, why, err := openDeviceFor(simulate, name, log) // simulated GPUs seeded from the node name
+			// Real GPUs, or simulated ones only when --simulate says so: an
+			// agent that joined a real fleet on fake GPUs would hand real
+			// jobs fake uuids.
+			dev, why, err := openDeviceFor(simulate, name, false, log) // simulated GPUs seeded from the node name
 			if err != nil {
 				return err
 			}
@@ -379,7 +390,7 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 	cmd.Flags().StringVar(&name, "node", hostName(), "node name (as serve's --node and run's --node)")
 	cmd.Flags().StringVar(&name, "name", hostName(), "node name")
 	_ = cmd.Flags().MarkDeprecated("name", "use --node")
-	cmd.Flags().StringVar(&simulate, "simulate", "", "simulate GPUs: a preset or a YAML file")
+	cmd.Flags().StringVar(&simulate, "simulate", "", "simulate GPUs: a preset or a YAML file (without it the agent drives the real GPUs through NVML, and exits saying what to check when NVML does not load)")
 	cmd.Flags().DurationVar(&interval, "interval", 5*time.Second, "heartbeat interval")
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
 	cmd.Flags().StringVar(&faultDir, "fault-dir", "", "simulated GPUs only: apply the fault requests written here (gpuslice dra simulate-fault --fault-dir)")
