@@ -291,6 +291,9 @@ func (s *State) tryJoin(n *need, di int, ch choice, rank int) (cand, reason) {
 	}
 	switch {
 	case d.mode != TimeSlice && d.mode != MPS:
+		if n.req.Profile != "" && (g.geo == nil || !hasProfile(g, n.req.Profile)) {
+			return cand{}, rProfile // never, held or not
+		}
 		return cand{}, rBusy // held whole by a claim: nothing to share
 	case d.mode != ch.mode || (ch.mode != TimeSlice && ch.mode != MPS) || (ch.inMIG && !d.isMIG):
 		return cand{}, rMode
@@ -338,6 +341,11 @@ func slotLimit(sh Sharing) int {
 		return sh.MaxClients
 	}
 	return 1
+}
+
+func hasProfile(g *gpuState, name string) bool {
+	_, ok := g.geo.Lookup(name)
+	return ok
 }
 
 func sameProfile(g *gpuState, p int, name string) bool {

@@ -262,7 +262,7 @@ func goEnv(t *testing.T, name string) string {
 var (
 	gpuUUID  = regexp.MustCompile(`(?m)^GPU-[0-9a-f-]{36}$`)
 	migUUID  = regexp.MustCompile(`(?m)^MIG-[0-9a-f-]{36}$`)
-	agentTok = regexp.MustCompile(`gs_a_[0-9a-f]+`)
+	agentTok = regexp.MustCompile(`gs_agent_[0-9a-f]+`)
 )
 
 // serveUpAt says whether serve answers /healthz.
@@ -532,7 +532,7 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice serve --listen 0.0.0.0:7777 --tls-cert cert.pem --tls-key key.pem": {
 		skip: "needs a certificate of the user's own; TestServeMissingCertificateFails and TestServeSelfSignedTLS cover serve with TLS",
 	},
-	"./gpuslice tokens create --role agent --node gpu-1   # on the server: one token per host": {want: []string{"gs_a_", "(agent"}},
+	"./gpuslice tokens create --role agent --node gpu-1   # on the server: one token per host": {want: []string{"gs_agent_", "(agent"}},
 	"./gpuslice agent --server https://server:7777 --token gs_a_… --node gpu-1   # on that GPU host": {
 		skip: "runs on a second host; TestSimulatedSecondHostOnOneMachine and the sim-1 lines below cover agents",
 	},
@@ -555,7 +555,7 @@ var readmeSteps = map[string]readmeStep{
 		skip: "needs a Kubernetes cluster; internal/k8s/schedtest's TestNamespaceQuota sets these annotations on a real kube-apiserver",
 	},
 	"./gpuslice tokens create --role agent --node sim-1": {
-		want: []string{"gs_a_"},
+		want: []string{"gs_agent_"},
 		check: func(w *walk, out string) error {
 			w.agentToken = agentTok.FindString(out)
 			return nil
@@ -567,7 +567,7 @@ var readmeSteps = map[string]readmeStep{
 			if w.agentToken == "" {
 				w.t.Fatal("no agent token from the line before")
 			}
-			return strings.Replace(cmd, "gs_a_…", w.agentToken, 1)
+			return strings.Replace(strings.Replace(cmd, "gs_a_…", w.agentToken, 1), "gs_agent_…", w.agentToken, 1)
 		},
 		ready: func(w *walk) error {
 			rows, err := nodeRows(w)

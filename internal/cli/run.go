@@ -353,7 +353,7 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "agent",
 		Short:   "Run a node agent that joins a gpuslice server (an agent token)",
-		Example: "  gpuslice agent --server https://gpus.example:7777 --token gs_a_…",
+		Example: "  gpuslice agent --server https://gpus.example:7777 --token gs_agent_…",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

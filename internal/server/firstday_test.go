@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -94,5 +95,48 @@ func TestPinnedClaimFailsWhenItsNodeIsRemoved(t *testing.T) {
 	h.must(acme, "GET", "/v1/claims/"+free.ID, nil, 200, &free)
 	if free.State == api.Failed {
 		t.Errorf("an unpinned claim failed: %q", free.Reason)
+	}
+}
+
+// One meaning per label name across /metrics: `gpu` is always a GPU's
+// index on its node and `UUID` always its uuid, in every family that has
+// them (gpuslice_gpu_healthy once had `gpu` for the uuid).
+func TestMetricLabelsMeanOneThing(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	h.node("host-a", "dgx-a100")
+	h.must(acme, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, nil)
+	fams := scrape(t, h)
+	seen := 0
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			l := labelsOf(m)
+			if g, ok := l["gpu"]; ok {
+				seen++
+				if _, err := strconv.Atoi(g); err != nil {
+					t.Errorf("%s: label gpu=%q is not an index", name, g)
+				}
+			}
+			if u, ok := l["UUID"]; ok && !strings.HasPrefix(u, "GPU-") {
+				t.Errorf("%s: label UUID=%q is not a GPU uuid", name, u)
+			}
+		}
+	}
+	if _, ok := fams["gpuslice_gpu_healthy"]; !ok || seen == 0 {
+		t.Fatalf("no series with a gpu label (families: %d)", len(fams))
+	}
+}
+
+// Admin, agent and tenant secrets say their role at a glance.
+func TestTokenPrefixesAreDistinct(t *testing.T) {
+	h := newHarness(t, nil)
+	h.tenant("acme", 0)
+	var agentTok, tenantTok api.Token
+	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent}, 201, &agentTok)
+	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &tenantTok)
+	for secret, want := range map[string]string{h.admin: "gs_admin_", agentTok.Secret: "gs_agent_", tenantTok.Secret: "gs_t_"} {
+		if !strings.HasPrefix(secret, want) {
+			t.Errorf("secret %q, want prefix %s", secret, want)
+		}
 	}
 }

@@ -310,7 +310,7 @@ function renderClaims() {
     if (c.used && c.used.gpuSeconds > 0 && c.used.smSeconds > 0) comp += `, ${Math.round(100 * c.used.smSeconds / c.used.gpuSeconds)}% used on average`;
     run.append(el("tr", { "data-claim": c.id },
       el("td", { text: c.id }), el("td", { text: c.tenant }), el("td", { text: c.state }),
-      el("td", { text: devs.map((d) => d.node + " " + (d.profile ? d.profile + "@" + d.start : d.device)).join(", ") }),
+      el("td", { text: devs.map((d) => d.node + " " + (d.profile ? d.profile + "@" + (d.start ?? 0) : d.device)).join(", ") }),
       el("td", { text: [...new Set(devs.map((d) => d.mode === "mig" ? "exclusive (MIG)" : d.mode))].join(", ") }),
       memCell, el("td", { text: comp })));
   }
