@@ -326,7 +326,6 @@ func TestDashboardInBrowser(t *testing.T) {
 		// (a start of 0 is left out of the JSON: once "@undefined").
 		for _, c := range []api.Claim{a, b} {
 			d := c.Allocation.Devices[0]
-			t.Logf("claim %s: %s@%d", c.ID, d.Profile, d.Start)
 			var text string
 			p.eval(fmt.Sprintf("document.querySelector(%s).textContent", sel(fmt.Sprintf("#running tr[data-claim=%s]", c.ID))), &text)
 			if want := fmt.Sprintf("%s@%d", d.Profile, d.Start); !strings.Contains(text, want) || strings.Contains(text, "undefined") {
