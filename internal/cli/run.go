@@ -415,6 +415,10 @@ func flagMemoryMiB(v string) (int64, error) {
 func runsHere(ctx context.Context, cl *client.Client, node string) error {
 	var n api.Node
 	if err := cl.Do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(node), nil, &n); err != nil {
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.Status == http.StatusNotFound {
+			return fmt.Errorf("--node %s: no such node (gpuslice nodes ls lists them; leave --node out to claim on this host's)", node)
+		}
 		return fmt.Errorf("--node %s: %w", node, err)
 	}
 	host := n.Host

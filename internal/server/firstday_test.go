@@ -53,10 +53,13 @@ func TestUnknownProfileListsTheModelsProfiles(t *testing.T) {
 	if code != 422 {
 		t.Fatalf("HTTP %d %s, want 422", code, body)
 	}
-	for _, want := range []string{"3g.40gb", "A100-40GB has", "1g.5gb", "3g.20gb", "7g.40gb"} {
+	for _, want := range []string{"3g.40gb", "A100-40GB has", "1g.5gb", "3g.20gb", "7g.40gb", "ask for one of those profiles"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("refusal %s lacks %q", body, want)
 		}
+	}
+	if strings.Contains(string(body), "ask for less") {
+		t.Errorf("refusal %s asks for less memory: the profile is what is wrong", body)
 	}
 }
 
