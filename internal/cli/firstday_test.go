@@ -43,6 +43,14 @@ func TestFirstDayRun(t *testing.T) {
 	if err != nil || strings.Count(out, ",") != 1 {
 		t.Fatalf("--gpus 2: %v\nstdout %s\nstderr %s", err, out, errOut)
 	}
+	// Two devices of their own shapes on one GPU: NVIDIA's 4g + 3g.
+	out, errOut, err = run("--device", "profile=4g.20gb,mode=mig", "--device", "profile=3g.20gb,mode=mig", "--same-gpu", "--", "sh", "-c", "echo dev=$CUDA_VISIBLE_DEVICES")
+	if err != nil || strings.Count(out, "MIG-") != 2 {
+		t.Fatalf("--device ×2 --same-gpu: %v\nstdout %s\nstderr %s", err, out, errOut)
+	}
+	if _, _, err := run("--device", "profile=3g.20gb", "--memory", "1GiB", "--", "true"); err == nil || !strings.Contains(err.Error(), "--memory") {
+		t.Fatalf("--device with --memory: %v", err)
+	}
 	if _, _, err := run("--gpus", "0", "--", "true"); err == nil || !strings.Contains(err.Error(), "--gpus 0") {
 		t.Fatalf("--gpus 0: %v", err)
 	}
@@ -135,4 +143,36 @@ func TestAgentWithoutNVMLFailsUnlessSimulated(t *testing.T) {
 	if strings.Contains(errOut.String(), "simulated GPUs (") {
 		t.Errorf("the agent simulated: %s", errOut.String())
 	}
+}
+
+func TestParseDevice(t *testing.T) {
+	r, err := parseDevice(" memory=10GiB, compute=30 ,mode=mps,profile=3g.20gb,workload=inference", 2)
+	if err != nil || r.Name != "dev2" || r.MemoryMiB != 10240 || r.ComputePercent != 30 || r.Mode != alloc.MPS || r.Profile != "3g.20gb" || r.Workload != alloc.WorkloadInference {
+		t.Fatalf("got %+v, %v", r, err)
+	}
+	for in, want := range map[string]string{
+		"":                     "empty",
+		"memory=10":            "no unit",
+		"compute=101":          "0..100",
+		"colour=red":           "unknown key",
+		"mode=mps,mode=mig":    "twice",
+		"profile":              "key=value",
+		"memory=1GiB,,mode=ts": "key=value",
+	} {
+		if _, err := parseDevice(in, 0); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseDevice(%q) = %v, want an error with %q", in, err, want)
+		}
+	}
+}
+
+func FuzzParseDevice(f *testing.F) {
+	for _, s := range []string{"memory=10GiB,mode=mps", "profile=3g.20gb", "compute=30", "=", ",", "memory=1.5Gi"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := parseDevice(s, 0)
+		if err == nil && (r.ComputePercent < 0 || r.ComputePercent > 100 || r.MemoryMiB < 0) {
+			t.Fatalf("parseDevice(%q) accepted %+v", s, r)
+		}
+	})
 }

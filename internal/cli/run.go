@@ -37,6 +37,7 @@ func runCmd(e *env, c *conn) *cobra.Command {
 	var compute, priority, gpus int
 	var timeout, leaseFor time.Duration
 	var waitForNodes, sameGPU bool
+	var devices []string
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Claim a GPU slice, run a command with it, release it when the command exits",
@@ -62,15 +63,38 @@ released and run fails.`,
 			if gpus < 1 || gpus > alloc.MaxDevicesPerClaim {
 				return fmt.Errorf("--gpus %d: want 1..%d", gpus, alloc.MaxDevicesPerClaim)
 			}
-			if sameGPU && gpus < 2 {
-				return fmt.Errorf("--same-gpu: needs --gpus 2 or more (one device is always on one GPU)")
-			}
 			cs := api.ClaimSpec{Priority: priority, Isolation: alloc.Isolation(isolation), Requests: []alloc.Request{req}, MemoryPolicy: policy, FaultPolicy: faultPolicy}
+			if len(devices) > 0 {
+				// Devices of different shapes (a 4g.20gb and a 3g.20gb):
+				// one request each.
+				for _, f := range []string{"memory", "compute", "mode", "profile", "workload", "gpus"} {
+					if cmd.Flags().Changed(f) {
+						return fmt.Errorf("--%s: with --device, give it inside each --device (e.g. --device profile=3g.20gb,mode=mig)", f)
+					}
+				}
+				cs.Requests = nil
+				for i, d := range devices {
+					r, err := parseDevice(d, i)
+					if err != nil {
+						return fmt.Errorf("--device %q: %w", d, err)
+					}
+					cs.Requests = append(cs.Requests, r)
+				}
+				gpus = len(devices)
+				if gpus > alloc.MaxDevicesPerClaim {
+					return fmt.Errorf("--device given %d times: at most %d devices", gpus, alloc.MaxDevicesPerClaim)
+				}
+			}
+			if sameGPU && gpus < 2 {
+				return fmt.Errorf("--same-gpu: needs --gpus 2 or more, or two --device (one device is always on one GPU)")
+			}
 			if gpus > 1 {
 				// CMD runs on one host: every device on one node, and with
 				// --same-gpu on one physical GPU (MIG instances or shares
 				// of it).
-				cs.Requests[0].Count = gpus
+				if len(devices) == 0 {
+					cs.Requests[0].Count = gpus
+				}
 				cs.Constraints = []alloc.Constraint{{Match: "node"}}
 				if sameGPU {
 					cs.Constraints = []alloc.Constraint{{Match: "gpu"}}
@@ -337,7 +361,8 @@ released and run fails.`,
 	f.StringVar(&tenant, "tenant", "default", "the tenant to claim for (admin tokens; a tenant token claims for its own when this is not given)")
 	f.StringVar(&node, "node", "", "claim on this node, which must be this host's (default: this host when it is a node); CMD runs here, so a node of another host is refused")
 	f.IntVar(&gpus, "gpus", 1, "how many devices, each with --memory, --compute, --mode and --profile, all on one node (CUDA_VISIBLE_DEVICES lists them all)")
-	f.BoolVar(&sameGPU, "same-gpu", false, "with --gpus: all the devices on one physical GPU (MIG instances or shares of it)")
+	f.BoolVar(&sameGPU, "same-gpu", false, "with --gpus or several --device: all the devices on one physical GPU (MIG instances or shares of it)")
+	f.StringArrayVar(&devices, "device", nil, "one device of its own shape, repeatable, all on one node: memory=10GiB,compute=30,mode=mps,profile=3g.20gb,workload=inference (instead of --memory, --compute, --mode, --profile, --workload and --gpus)")
 	f.StringVar(&policy, "memory-policy", "warn", "when a process exceeds its memory: warn or kill")
 	f.StringVar(&faultPolicy, "fault-policy", "fail", "when the GPU fails while CMD runs: fail or requeue")
 	f.IntVar(&priority, "priority", 0, "higher goes first in the queue; at most the tenant's max priority, which an admin sets (gpuslice tenants put NAME --max-priority N; default 0)")
@@ -429,4 +454,50 @@ func runsHere(ctx context.Context, cl *client.Client, node string) error {
 		return fmt.Errorf("node %s is on host %s, not this one (%s): gpuslice run starts CMD here, where that node's GPUs are not; run it on %s, or leave --node out", node, host, hostName(), host)
 	}
 	return nil
+}
+
+// parseDevice reads one --device: comma-separated key=value pairs
+// (memory, compute, mode, profile, workload), each at most once; the
+// request is named dev<i>. The values are checked by the server as any
+// claim's are; what is read here (units, numbers, keys) is checked here.
+func parseDevice(v string, i int) (alloc.Request, error) {
+	r := alloc.Request{Name: "dev" + strconv.Itoa(i)}
+	if strings.TrimSpace(v) == "" {
+		return r, fmt.Errorf("empty: want key=value pairs such as memory=10GiB,mode=mps")
+	}
+	seen := map[string]bool{}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		k, val = strings.TrimSpace(k), strings.TrimSpace(val)
+		if !ok || k == "" || val == "" {
+			return r, fmt.Errorf("%q: want key=value (keys: memory, compute, mode, profile, workload)", kv)
+		}
+		if seen[k] {
+			return r, fmt.Errorf("%s given twice", k)
+		}
+		seen[k] = true
+		switch k {
+		case "memory":
+			mib, err := flagMemoryMiB(val)
+			if err != nil {
+				return r, fmt.Errorf("memory: %w", err)
+			}
+			r.MemoryMiB = mib
+		case "compute":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 || n > 100 {
+				return r, fmt.Errorf("compute %q: want a whole percent 0..100", val)
+			}
+			r.ComputePercent = n
+		case "mode":
+			r.Mode = alloc.Mode(val)
+		case "profile":
+			r.Profile = val
+		case "workload":
+			r.Workload = alloc.Workload(val)
+		default:
+			return r, fmt.Errorf("unknown key %q: want memory, compute, mode, profile or workload", k)
+		}
+	}
+	return r, nil
 }
