@@ -94,7 +94,8 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 		if why := s.neverFits(c); why != "" && !c.Spec.WaitForNodes {
 			hint := fmt.Sprintf(" (the largest GPU here has %d MiB); ask for less", s.maxGPUMiB())
 			if strings.Contains(why, " has ") && strings.Contains(why, "(profile ") {
-				hint = "; ask for one of those profiles" // the choices are listed already
+				// The choices are listed already: the profile is what is wrong.
+				hint = fmt.Sprintf(" (the largest GPU here has %d MiB); ask for one of those profiles", s.maxGPUMiB())
 			}
 			return errStatus(http.StatusUnprocessableEntity, "this claim can never fit the registered nodes, even empty: %s%s, or pass waitForNodes (gpuslice run --wait-for-nodes) to queue it for nodes that may join", why, hint)
 		}
