@@ -121,8 +121,13 @@ type Sizing struct {
 type Alternative struct {
 	Mechanism Mechanism `json:"mechanism"`
 	Possible  bool      `json:"possible"`
-	Sizing    Sizing    `json:"sizing"`
-	Note      string    `json:"note,omitempty"`
+	// Dedicated is set when the mechanism, sized for the workload, would
+	// give it a whole GPU (time-slicing with one replica per GPU, an MPS
+	// client with 100% of the threads): a dedicated GPU under another
+	// name, so it is advised and planned as dedicated; Note says why.
+	Dedicated bool   `json:"dedicated,omitempty"`
+	Sizing    Sizing `json:"sizing"`
+	Note      string `json:"note,omitempty"`
 }
 
 // Strategy is the whole mix planned one way.
@@ -148,6 +153,21 @@ type Strategy struct {
 	Placed map[string]int `json:"placed,omitempty"`
 	// Plan is the planner's answer (not in JSON: `gpuslice plan` shows it).
 	Plan *plan.Plan `json:"-"`
+}
+
+// usesOwnMechanism reports whether a strategy named after a sharing
+// mechanism places a replica with it ("advised" and "dedicated" always
+// do).
+func (s Strategy) usesOwnMechanism() bool {
+	if s.Name == "advised" || s.Name == string(Dedicated) {
+		return true
+	}
+	for kind, n := range s.Placed {
+		if n > 0 && (kind == s.Name || strings.HasPrefix(kind, s.Name+" ")) {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrNoWorkloads is returned for profiles with nothing to advise on.
@@ -207,11 +227,14 @@ func Advise(p *model.Profiles, opts Options) (*Report, error) {
 }
 
 // bestStrategy is the cheapest (then fewest GPUs, then least slowdown)
-// strategy that places every replica; "advised" wins ties.
+// strategy that places every replica; "advised" wins ties. A strategy
+// named after a sharing mechanism that shares no replica that way (every
+// workload sized to a whole GPU: time-slicing one replica per GPU) is the
+// dedicated strategy under another name, and not a candidate.
 func bestStrategy(ss []Strategy) string {
 	best := -1
 	for i, s := range ss {
-		if s.Unplaced > 0 {
+		if s.Unplaced > 0 || !s.usesOwnMechanism() {
 			continue
 		}
 		if best < 0 {
@@ -401,11 +424,18 @@ func Summarize(t *model.Trace) TraceStats {
 //	| keeps a GPU ≥ 90 % busy; training ≥ 50 %;         | dedicated      | sharing only adds contention                     |
 //	|   over half the memory and ≥ 50 % busy            |                |                                                  |
 //	| a small tenant among several (< ½ GPU of demand)  | MIG            | MIG: "ideal for multi-tenant use cases"          |
-//	| notebook                                          | time-slicing   | "better suited for development environments"     |
+//	| notebook, light (< 50 %)                          | time-slicing   | "better suited for development environments"     |
+//	| notebook, heavy (≥ 50 %)                          | MPS + limits   | TS "not ideal for heavily loaded interactive"    |
 //	| offline inference, heavy (≥ 50 %)                 | time-slicing   | "use time-slicing if not latency sensitive"      |
 //	| online inference; light offline inference         | MPS + limits   | MPS: lower overhead; + limits: isolation         |
 //	| small batch                                       | MPS            | similar performance, lower overhead than TS     |
 //	| GPU-intensive batch; light training               | MPS + limits   | "time-slicing is not ideal … MPS with limits"    |
+//
+// "MPS + limits" is a thread limit below 100 %: a GPU-intensive job that
+// alone would take every SM is capped at Calibration.MPSLimitedShare (the
+// study's 50 %); any other workload whose limit would be 100 % gets a
+// dedicated GPU, as does one time-slicing would put alone on a GPU
+// (Alternative.Dedicated).
 func (m *mix) advise(p *model.Profile) Advice {
 	mem, util, from := Effective(p)
 	occ := m.cal.OccupancyOf(p)
@@ -439,8 +469,11 @@ func (m *mix) advise(p *model.Profile) Advice {
 		choose(Dedicated, fmt.Sprintf("uses over half the GPU's memory (%s of %s) and is busy %d%% of the time: nothing useful fits beside it", MiB(mem), MiB(G), util))
 	case smallTenant && possible(MIG) && p.Kind != model.KindTraining:
 		choose(MIG, fmt.Sprintf("tenant %s needs %.2f of a GPU among %d tenants: a MIG instance lets it share a GPU with other tenants with full isolation (study: MIG is \"ideal for multi-tenant use cases\"; gpuslice keeps other tenants off time-sliced and MPS GPUs)", p.Tenant, m.demand[p.Tenant], m.tenants))
+	case p.Kind == model.KindNotebook && !heavy:
+		choose(TimeSlicing, fmt.Sprintf("notebook busy %d%% of the time: bursty, interactive, mostly idle — time-slicing is easiest to configure, starts fastest (study: 1 s vs 6 s for MPS) and keeps a crash in its own process; the study finds it \"better suited for development environments\"", util))
 	case p.Kind == model.KindNotebook:
-		choose(TimeSlicing, "notebook: bursty, interactive, mostly idle — time-slicing is easiest to configure, starts fastest (study: 1 s vs 6 s for MPS) and keeps a crash in its own process; the study finds it \"better suited for development environments\"")
+		// Heavy interactive work is never time-sliced.
+		choose(MPS, fmt.Sprintf("heavily loaded notebook (%d%% busy): the study finds time-slicing \"not ideal for heavily loaded interactive workloads\" (no resource guarantee, a context switch on every turn); an MPS client with a limit keeps its share of the SMs and caps its neighbours'", util))
 	case p.Kind == model.KindOfflineInference && heavy && !p.LatencySensitive:
 		choose(TimeSlicing, fmt.Sprintf("heavy (%d%%) offline inference that is not latency-sensitive: the study says to use time-slicing here — throughput drops, but nobody waits on a request", util))
 	case p.Kind == model.KindOnlineInference || p.Kind == model.KindOfflineInference:
@@ -461,6 +494,10 @@ func (m *mix) advise(p *model.Profile) Advice {
 	if a.Mechanism == TimeSlicing && !possible(TimeSlicing) {
 		a.Mechanism = Dedicated
 		a.Reasons = append(a.Reasons, "time-slicing cannot serve it here: "+alts[index(TimeSlicing)].Note)
+	}
+	if alt := alts[index(a.Mechanism)]; alt.Dedicated {
+		a.Mechanism = Dedicated
+		a.Reasons = append(a.Reasons, "so it gets a dedicated GPU: "+alt.Note)
 	}
 	if a.Mechanism == MIG && !possible(MIG) {
 		a.Mechanism = Dedicated
@@ -512,6 +549,15 @@ func (m *mix) alternatives(p *model.Profile, mem int64, util int, d float64) []A
 		n = max(1, min(n, busyCap, 48))
 		ts.Sizing = Sizing{TimeSliceReplicas: n, ComputePercent: max(1, 100/n),
 			Text: fmt.Sprintf("%s per GPU, %s each (not enforced)", plural(n, "replica"), MiB(mem))}
+		if n == 1 {
+			why := "its memory leaves no room for a second replica"
+			if int(G/max(mem, 1)) > 1 {
+				why = fmt.Sprintf("a second replica's busy time would slow both past %.1f×", target)
+			}
+			ts.Dedicated = true
+			ts.Sizing = Sizing{TimeSliceReplicas: 1, Text: fmt.Sprintf("1 replica per GPU, %s: a dedicated GPU, not time-slicing", MiB(mem))}
+			ts.Note = "time-slicing would put one replica on each GPU (" + why + "): that is a dedicated GPU under another name"
+		}
 	} else {
 		ts.Note = "needs more memory than the GPU has, or hardware isolation"
 	}
@@ -521,8 +567,25 @@ func (m *mix) alternatives(p *model.Profile, mem int64, util int, d float64) []A
 	if mp.Possible {
 		t := int(math.Ceil(d*head*100/5)) * 5
 		t = max(10, min(100, t))
-		mp.Sizing = Sizing{ThreadPercent: t, PinnedMemoryMiB: mem, ComputePercent: t,
-			Text: fmt.Sprintf("MPS client with %d%% active threads and %s pinned memory", t, MiB(mem))}
+		text := fmt.Sprintf("MPS client with %d%% active threads and %s pinned memory", t, MiB(mem))
+		switch {
+		case t < 100:
+		case p.Kind == model.KindIntensiveBatch && !p.LatencySensitive:
+			// Alone it would take every SM. The study's "MPS with
+			// limits" for GPU-intensive jobs gave each of two jobs 50%:
+			// each runs slower, and they share the GPU fairly.
+			t = m.cal.MPSLimitedShare
+			text = fmt.Sprintf("MPS client capped at %d%% active threads (the study's limit for GPU-intensive jobs) and %s pinned memory", t, MiB(mem))
+		default:
+			// 100% of the threads is no limit: no performance
+			// isolation (study), and the GPU is the workload's alone.
+			mp.Dedicated = true
+			mp.Note = fmt.Sprintf("its SM demand with headroom (%.0f%%) is the whole GPU: an MPS client with 100%% active threads has no limit, and a lower one would throttle it — that is a dedicated GPU", d*head*100)
+		}
+		mp.Sizing = Sizing{ThreadPercent: t, PinnedMemoryMiB: mem, ComputePercent: t, Text: text}
+		if mp.Dedicated {
+			mp.Sizing = Sizing{Text: fmt.Sprintf("MPS at 100%% active threads and %s: a dedicated GPU, not MPS with a limit", MiB(mem))}
+		}
 	} else {
 		mp.Note = "needs more memory than the GPU has, or hardware isolation"
 	}
@@ -751,6 +814,9 @@ func (r *Report) Pick(strategy string, i int) (Mechanism, Sizing, bool) {
 	}
 	for _, x := range a.Alternatives {
 		if string(x.Mechanism) == strategy {
+			if x.Possible && x.Dedicated {
+				return Dedicated, a.Alternatives[index(Dedicated)].Sizing, true
+			}
 			return x.Mechanism, x.Sizing, x.Possible
 		}
 	}

@@ -220,3 +220,102 @@ func TestTraceSizes(t *testing.T) {
 		t.Fatalf("effective %d %d %q", mem, util, from)
 	}
 }
+
+// The study: time-slicing is "not ideal for heavily loaded interactive
+// workloads". A notebook busy 70% of the time is not time-sliced; one busy
+// 10% is.
+func TestHeavyInteractiveWorkIsNeverTimeSliced(t *testing.T) {
+	heavy := one(t, profiles("A100-40GB", model.Profile{Name: "nb", Kind: model.KindNotebook, MemoryMiB: 6144, Utilization: 70, LatencySensitive: true}), "nb")
+	if heavy.Mechanism == TimeSlicing {
+		t.Fatalf("a 70%% notebook is time-sliced: %q", heavy.Reasons)
+	}
+	why := strings.Join(heavy.Reasons, " ")
+	if strings.Contains(why, "mostly idle") || !strings.Contains(why, "not ideal for heavily loaded interactive workloads") {
+		t.Errorf("reasons %q", heavy.Reasons)
+	}
+	if heavy.Mechanism == MPS && (heavy.Sizing.ThreadPercent <= 0 || heavy.Sizing.ThreadPercent >= 100) {
+		t.Errorf("MPS without a limit: %+v", heavy.Sizing)
+	}
+	light := one(t, profiles("A100-40GB", model.Profile{Name: "nb", Kind: model.KindNotebook, MemoryMiB: 6144, Utilization: 10, LatencySensitive: true}), "nb")
+	if light.Mechanism != TimeSlicing || !strings.Contains(strings.Join(light.Reasons, " "), "busy 10% of the time") {
+		t.Errorf("a 10%% notebook: %s %q", light.Mechanism, light.Reasons)
+	}
+}
+
+// "MPS with a limit" is a limit below 100%: a GPU-intensive job is capped
+// at the study's 50%; a workload whose limit would be 100% is dedicated.
+// Time-slicing with one replica per GPU is a dedicated GPU too. Over a
+// grid of every kind, load and size, no advice and no alternative breaks
+// that, and heavy interactive work is never time-sliced.
+func TestAdviceNeverNamesADedicatedGPUSharing(t *testing.T) {
+	burn := one(t, profiles("A100-40GB", model.Profile{Name: "burn", Kind: model.KindIntensiveBatch, MemoryMiB: 5120, Utilization: 80}), "burn")
+	if burn.Mechanism != MPS || burn.Sizing.ThreadPercent != Default.MPSLimitedShare || !strings.Contains(burn.Sizing.Text, "capped at 50%") {
+		t.Fatalf("gpu-burn: %s %+v", burn.Mechanism, burn.Sizing)
+	}
+	for _, kind := range model.WorkloadKinds {
+		for _, util := range []int{5, 20, 35, 50, 70, 85} {
+			for _, mem := range []int64{400, 4096, 12000, 22000, 38000} {
+				for _, latency := range []bool{false, true} {
+					w := model.Profile{Name: "w", Kind: kind, MemoryMiB: mem, Utilization: util, LatencySensitive: latency}
+					r, err := Advise(profiles("A100-40GB", w), Options{NoPlan: true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					a := r.Workloads[0]
+					at := func(format string, args ...any) {
+						t.Errorf("%s %d%% %s latency=%v: "+format, append([]any{kind, util, MiB(mem), latency}, args...)...)
+					}
+					switch a.Mechanism {
+					case MPS:
+						if a.Sizing.ThreadPercent <= 0 || a.Sizing.ThreadPercent >= 100 {
+							at("MPS with %d%% threads: no limit", a.Sizing.ThreadPercent)
+						}
+					case TimeSlicing:
+						if a.Sizing.TimeSliceReplicas < 2 {
+							at("time-slicing with %d replica per GPU", a.Sizing.TimeSliceReplicas)
+						}
+						if util >= Default.HeavyUtilization && (kind == model.KindNotebook || latency) {
+							at("heavy interactive work time-sliced: %q", a.Reasons)
+						}
+					}
+					for _, x := range a.Alternatives {
+						if !x.Possible || x.Dedicated {
+							continue
+						}
+						if x.Mechanism == MPS && x.Sizing.ThreadPercent >= 100 || x.Mechanism == TimeSlicing && x.Sizing.TimeSliceReplicas < 2 {
+							at("alternative %s %+v shares nothing", x.Mechanism, x.Sizing)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// The cheapest strategy is never one named after a sharing mechanism that
+// shares nothing: where time-slicing would put every workload alone on a
+// GPU, its strategy places them as dedicated, says so, and the dedicated
+// strategy (or the advice) is the cheapest.
+func TestCheapestIsNeverDedicatedUnderAnotherName(t *testing.T) {
+	p := profiles("A100-40GB",
+		model.Profile{Name: "big", Kind: model.KindOfflineInference, MemoryMiB: 30000, Utilization: 60},
+		model.Profile{Name: "busy", Kind: model.KindOnlineInference, MemoryMiB: 8192, Utilization: 85, LatencySensitive: true})
+	r, err := Advise(p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range r.Strategies {
+		if s.Name == "time-slicing" && (s.Placed["time-slicing"] > 0 || s.Placed["dedicated"] == 0) {
+			t.Errorf("time-slicing strategy places %v: want every replica on a dedicated GPU", s.Placed)
+		}
+	}
+	if r.Best == "time-slicing" {
+		t.Errorf("cheapest: time-slicing, which shares no GPU here (%+v)", r.Strategies)
+	}
+	for _, a := range r.Workloads {
+		ts := a.Alternatives[index(TimeSlicing)]
+		if !ts.Dedicated || !strings.Contains(ts.Sizing.Text, "dedicated") {
+			t.Errorf("%s: time-slicing alternative %+v is not called dedicated", a.Name, ts)
+		}
+	}
+}

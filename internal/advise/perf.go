@@ -64,6 +64,12 @@ type Calibration struct {
 	// time-sliced replicas per GPU are as many as keep it (assumption:
 	// a latency-sensitive service tolerates 1.2×, a batch job 1.5×).
 	TargetLatency, TargetBatch float64
+	// MPSLimitedShare is the active-thread percentage of an MPS client
+	// that alone would take every SM (a GPU-intensive job). Study: "MPS
+	// with resource limits" for GPU-intensive batch jobs, two gpu-burn
+	// jobs each with defaultActiveThreadPercentage 50 — "cap resource",
+	// "resource fair sharing and isolation". A limit of 100% is none.
+	MPSLimitedShare int
 }
 
 // Default is the calibration advise and simulate use.
@@ -83,6 +89,7 @@ var Default = Calibration{
 	HeadroomBatch:       1.2,
 	TargetLatency:       1.2,
 	TargetBatch:         1.5,
+	MPSLimitedShare:     50,
 }
 
 // Load is one workload on a device, for the performance model.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/plan"
 	"github.com/gpuslice/gpuslice/internal/plan/plantest"
 )
@@ -28,6 +29,8 @@ type qualityRow struct {
 }
 
 type qualityReport struct {
+	Mix         string       `json:"mix"`
+	FirstSeed   int          `json:"firstSeed"`
 	Specs       int          `json:"specs"`
 	MaxReplicas int          `json:"maxReplicas"`
 	Rows        []qualityRow `json:"rows"`
@@ -45,7 +48,8 @@ type qualityReport struct {
 }
 
 func benchPlanQualityCmd(e *env) *cobra.Command {
-	var specs, maxReplicas int
+	var specs, maxReplicas, firstSeed int
+	var mix string
 	cmd := &cobra.Command{
 		Use:   "plan-quality",
 		Short: "GPUs `gpuslice plan` uses on random specs against first-fit-decreasing heuristics and its lower bound",
@@ -57,15 +61,26 @@ caps; priority-first orders only on specs where the plan leaves replicas out, si
 priorities change a plan only when capacity is short) placed alone through the same
 allocator: wins, ties and losses, for the plan and for
 the planner's own order alone (as before it tried others); and how many plans are proved
-optimal against the lower bound.`,
+optimal against the lower bound.
+
+--mix h100-mig-beside-whole draws plantest.MIGBesideWholeSpec instead: 2-4 pools of H100
+nodes, the first with dynamic MIG, the second with MIG off, workloads pinned to either or
+free; its seeds are a stream the planner was not tuned on (held out).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep := qualityReport{Specs: specs, MaxReplicas: maxReplicas}
+			draw, ok := qualityMixes[mix]
+			if !ok {
+				return fmt.Errorf("--mix %q: want one of random, h100-mig-beside-whole", mix)
+			}
+			if specs < 1 || firstSeed < 1 {
+				return fmt.Errorf("--specs %d, --first-seed %d: want both at least 1", specs, firstSeed)
+			}
+			rep := qualityReport{Mix: mix, FirstSeed: firstSeed, Specs: specs, MaxReplicas: maxReplicas}
 			rows := map[string]*qualityRow{}
 			var order []string
 			gaps := 0
-			for seed := 1; seed <= specs; seed++ {
-				s := plantest.RandomSpec(uint64(seed), maxReplicas)
+			for seed := firstSeed; seed < firstSeed+specs; seed++ {
+				s := draw(uint64(seed), maxReplicas)
 				t0 := time.Now()
 				p, err := plan.Make(s, plan.Options{})
 				if err != nil {
@@ -124,17 +139,27 @@ optimal against the lower bound.`,
 				t.add(r.Heuristic, r.Placed, r.Wins, r.Ties, r.Losses, r.OwnWins, r.OwnTies, r.OwnLosses)
 			}
 			t.notes = append(t.notes,
-				fmt.Sprintf("%d specs of up to %d replicas (plantest.RandomSpec seeds 1-%d); %d leave replicas unplaced (capacity short)", specs, maxReplicas, specs, rep.Unplaced),
+				fmt.Sprintf("%d specs of up to %d replicas (%s seeds %d-%d); %d leave replicas unplaced (capacity short)", specs, maxReplicas, qualityMixNames[mix], firstSeed, firstSeed+specs-1, rep.Unplaced),
 				fmt.Sprintf("proved optimal: plan %d, own order alone %d; mean gap to the lower bound %.1f%%", rep.Optimal, rep.OwnOptimal, 100*rep.MeanGap),
 				fmt.Sprintf("planning time in all: plan %.2fs, own order alone %.2fs", rep.Seconds, rep.OwnSeconds),
 				"A heuristic is compared only on specs where it placed every replica (a priority-first one only where the plan left replicas out); a loss is a spec where it used fewer GPUs (or the plan left replicas out).")
 			return e.render(t, rep)
 		},
 	}
-	cmd.Flags().IntVar(&specs, "specs", 200, "random specs to draw (seeds 1..N)")
+	cmd.Flags().IntVar(&specs, "specs", 200, "random specs to draw (seeds first-seed..first-seed+N-1)")
+	cmd.Flags().IntVar(&firstSeed, "first-seed", 1, "seed of the first spec")
+	cmd.Flags().StringVar(&mix, "mix", "random", "spec generator: random (plantest.RandomSpec) or h100-mig-beside-whole (plantest.MIGBesideWholeSpec, held out)")
 	cmd.Flags().IntVar(&maxReplicas, "max-replicas", 200, "most replicas in a spec")
 	return cmd
 }
+
+// qualityMixes are the spec generators of bench plan-quality.
+var qualityMixes = map[string]func(seed uint64, maxReplicas int) *model.Spec{
+	"random":                plantest.RandomSpec,
+	"h100-mig-beside-whole": plantest.MIGBesideWholeSpec,
+}
+
+var qualityMixNames = map[string]string{"random": "plantest.RandomSpec", "h100-mig-beside-whole": "plantest.MIGBesideWholeSpec"}
 
 // tally counts one comparison: the plan (placed all or not, GPUs) against
 // a heuristic that placed every replica on h GPUs.

@@ -65,6 +65,20 @@ func TestBenchPlanQuality(t *testing.T) {
 			t.Errorf("the plan lost to a heuristic: %q", l)
 		}
 	}
+	held := run("bench", "plan-quality", "--mix", "h100-mig-beside-whole", "--first-seed", "20001", "--specs", "6", "--max-replicas", "60")
+	if !strings.Contains(held, "plantest.MIGBesideWholeSpec seeds 20001-20006") {
+		t.Errorf("held-out mix:\n%s", held)
+	}
+	for _, l := range strings.Split(held, "\n") {
+		if f := strings.Fields(l); len(f) == 8 && strings.HasPrefix(f[0], "ffd-") && f[4] != "0" {
+			t.Errorf("the plan lost to a heuristic on a held-out mix: %q", l)
+		}
+	}
+	for _, bad := range [][]string{{"--mix", "h200"}, {"--first-seed", "0"}} {
+		if err := runErr(t, append([]string{"bench", "plan-quality", "--specs", "1"}, bad...)...); !strings.Contains(err, bad[0]) {
+			t.Errorf("%v: %q", bad, err)
+		}
+	}
 }
 
 // bench nodes -o json is each mix with its decision (it was null), and

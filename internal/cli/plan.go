@@ -178,6 +178,7 @@ func renderCmd(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&target, "target", "", "what to write: "+strings.Join(artifacts.Targets(), ", "))
 	cmd.Flags().StringVar(&format, "format", "", "input format (default: detected): "+formatNames())
 	cmd.Flags().BoolVar(&opts.DRADeviceClasses, "dra-device-classes", false, "with --target dra, also write the driver's DeviceClasses (NVIDIA's: gpu.nvidia.com, mig.nvidia.com; gpuslice's: gpu., shared., mig.gpuslice.dev)")
+	cmd.Flags().StringVar(&opts.Namespace, "namespace", "", "with --target nvidia-device-plugin, the ConfigMap's namespace (default "+artifacts.DevicePluginNamespace+", the GPU operator's; kube-system for the device plugin's own Helm chart there)")
 	cmd.Flags().StringVar(&opts.DRADriver, "dra-driver", artifacts.DRADriverNVIDIA, "with --target dra, the DRA driver the claims are for; with --target karpenter gpuslice, NodePools for its claims: "+strings.Join(artifacts.DRADrivers(), ", "))
 	_ = cmd.RegisterFlagCompletionFunc("target", cobra.FixedCompletions(artifacts.Targets(), cobra.ShellCompDirectiveNoFileComp))
 	return cmd

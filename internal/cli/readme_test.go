@@ -36,7 +36,10 @@ func TestREADMEWalk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := readmeCommands(t, filepath.Join(root, "README.md"))
+	var lines []readmeLine
+	for _, f := range walkedDocs {
+		lines = append(lines, readmeCommands(t, root, f)...)
+	}
 
 	tmp := t.TempDir()
 	work := filepath.Join(tmp, "work")
@@ -61,14 +64,14 @@ func TestREADMEWalk(t *testing.T) {
 		seen[l.raw] = true
 		step, ok := readmeSteps[l.raw]
 		if !ok {
-			t.Errorf("README.md:%d: the walk does not know %q: add it to readmeSteps with what its output must show", l.line, l.raw)
+			t.Errorf("%s: the walk does not know %q: add it to readmeSteps with what its output must show", l.pos(), l.raw)
 			continue
 		}
 		if step.skip != "" {
-			t.Logf("README.md:%d: skipped %q: %s", l.line, l.cmd, step.skip)
+			t.Logf("%s: skipped %q: %s", l.pos(), l.cmd, step.skip)
 			continue
 		}
-		t.Logf("README.md:%d: %s", l.line, l.cmd)
+		t.Logf("%s: %s", l.pos(), l.cmd)
 		cmd := l.cmd
 		if step.rewrite != nil {
 			cmd = step.rewrite(w, cmd)
@@ -83,33 +86,79 @@ func TestREADMEWalk(t *testing.T) {
 		out := w.run(l, cmd, root)
 		for _, want := range step.want {
 			if !strings.Contains(out, want) {
-				t.Errorf("README.md:%d: %s: output lacks %q:\n%s", l.line, l.cmd, want, out)
+				t.Errorf("%s: %s: output lacks %q:\n%s", l.pos(), l.cmd, want, out)
 			}
 		}
 		if step.check != nil {
 			if err := step.check(w, out); err != nil {
-				t.Errorf("README.md:%d: %s: %v\n%s", l.line, l.cmd, err, out)
+				t.Errorf("%s: %s: %v\n%s", l.pos(), l.cmd, err, out)
 			}
 		}
 	}
 	for raw := range readmeSteps {
 		if !seen[raw] {
-			t.Errorf("the walk knows %q, which the README no longer has: remove it from readmeSteps", raw)
+			t.Errorf("the walk knows %q, which neither the README nor docs/ has any more: remove it from readmeSteps", raw)
+		}
+	}
+}
+
+// walkedDocs are the files whose ```sh blocks the walk runs, in order:
+// the README's tour first (it builds the binary and starts serve), then
+// the docs that go on from it. TestEveryDocIsWalked keeps the list whole.
+var walkedDocs = []string{
+	"README.md",
+	"docs/tour.md",
+	"docs/plan-and-render.md",
+	"docs/advise.md",
+	"docs/catalog.md",
+	"docs/hosts.md",
+	"docs/trust-model.md",
+	"docs/services.md",
+	"docs/kubernetes.md",
+	"docs/gpuslice-scheduler.md",
+	"docs/kubernetes-autoscaling.md",
+	"docs/dashboard.md",
+	"docs/sandbox.md",
+}
+
+// TestEveryDocIsWalked fails when a page under docs/ has a ```sh block
+// the walk does not run: every command a page tells a user to type is
+// run by TestREADMEWalk (or skipped there with the reason).
+func TestEveryDocIsWalked(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	walked := map[string]bool{}
+	for _, f := range walkedDocs {
+		walked[f] = true
+	}
+	for _, p := range pages {
+		rel, _ := filepath.Rel(root, p)
+		if !walked[rel] && len(readmeCommands(t, root, rel)) > 0 {
+			t.Errorf("%s has ```sh commands the README walk does not run: add it to walkedDocs", rel)
 		}
 	}
 }
 
 // readmeLine is one command of a ```sh block.
 type readmeLine struct {
+	file string // relative to the repository root
 	line int
 	raw  string // the line as written, trimmed
 	cmd  string // without its comment
 }
 
-// readmeCommands returns every command line of the README's ```sh blocks.
-func readmeCommands(t *testing.T, path string) []readmeLine {
+func (l readmeLine) pos() string { return fmt.Sprintf("%s:%d", l.file, l.line) }
+
+// readmeCommands returns every command line of a page's ```sh blocks.
+func readmeCommands(t *testing.T, root, file string) []readmeLine {
 	t.Helper()
-	f, err := os.Open(path)
+	f, err := os.Open(filepath.Join(root, file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +182,7 @@ func readmeCommands(t *testing.T, path string) []readmeLine {
 		if cmd == "" {
 			continue
 		}
-		out = append(out, readmeLine{line: n, raw: strings.TrimSpace(text), cmd: cmd})
+		out = append(out, readmeLine{file: file, line: n, raw: strings.TrimSpace(text), cmd: cmd})
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
@@ -195,7 +244,7 @@ func (w *walk) run(l readmeLine, cmd, root string) string {
 	}
 	out, err := c.CombinedOutput()
 	if err != nil {
-		w.t.Fatalf("README.md:%d: %s: %v\n%s", l.line, l.cmd, err, out)
+		w.t.Fatalf("%s: %s: %v\n%s", l.pos(), l.cmd, err, out)
 	}
 	return string(out)
 }
@@ -220,7 +269,7 @@ func (w *walk) start(l readmeLine, cmd string, step readmeStep) {
 			return
 		}
 		if time.Now().After(deadline) {
-			w.t.Fatalf("README.md:%d: %s did not come up: %v\n%s", l.line, l.cmd, err, logs.String())
+			w.t.Fatalf("%s: %s did not come up: %v\n%s", l.pos(), l.cmd, err, logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -313,10 +362,10 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice advise examples/advise/study.yaml              # per workload: mechanism, sizing, why; the mix priced 5 ways": {
 		want: []string{"ADVICE", "triton-light", "mps", "time-slicing", "dedicated", "THE STUDY'S COMPARISON", "recsys"},
 	},
-	"./gpuslice simulate examples/advise/study.yaml --svg sim.svg   # a simulated week, strategy against strategy, charted": {
-		want: []string{"STRATEGY", "advised", "GPU-HOURS", "7d simulated", "chart: sim.svg"},
+	"./gpuslice simulate examples/advise/study.yaml --svg out/sim.svg   # a simulated week, strategy against strategy, charted": {
+		want: []string{"STRATEGY", "advised", "GPU-HOURS", "7d simulated", "chart: out/sim.svg"},
 		check: func(w *walk, _ string) error {
-			b, err := os.ReadFile(filepath.Join(w.work, "sim.svg"))
+			b, err := os.ReadFile(filepath.Join(w.work, "out", "sim.svg"))
 			if err != nil {
 				return err
 			}
@@ -344,7 +393,7 @@ var readmeSteps = map[string]readmeStep{
 		_, err := os.Stat(filepath.Join(w.work, "gpuslice"))
 		return err
 	}},
-	"./gpuslice serve                      # or: --simulate dgx-h100 | l4x4 | mixed | my-machine.yaml": {
+	"./gpuslice serve                      # or: --simulate dgx-h100 | l4x4 | mixed | examples/machines/lab.yaml": {
 		background: true, ready: serveUpAt,
 	},
 	"./gpuslice nodes ls                   # your host, 8 simulated A100s": {
@@ -415,7 +464,17 @@ var readmeSteps = map[string]readmeStep{
 		rewrite: func(w *walk, cmd string) string { return strings.Replace(cmd, "localhost:7777", w.addr, 1) },
 		want:    []string{"gpuslice_allocation_latency_seconds", "gpuslice_"},
 	},
-	"./gpuslice plan examples/compose-timeslicing.yaml": {want: []string{"GPUS"}},
+	"./gpuslice plan examples/compose-timeslicing.yaml":                                                    {want: []string{"GPUS"}},
+	"mkdir -p out                                    # what the commands write goes here (ignored by git)": {},
+	"./gpuslice plan examples/nvidia/pool.yaml examples/nvidia/dp-config.yaml   # dp-config: timeSlicing replicas 4 -> timeslice×4": {
+		want: []string{"timeslice×4", `fixed by device-plugin config "default" (examples/nvidia/dp-config.yaml:15)`},
+	},
+	"./gpuslice render examples/nvidia/pool.yaml examples/nvidia/dp-config.yaml --target nvidia-device-plugin": {
+		want: []string{"kind: ConfigMap", "replicas: 4", "renameByDefault: true"},
+	},
+	"./gpuslice plan examples/nvidia/cluster.yaml examples/nvidia/device-plugin-configmap.yaml examples/nvidia/mig-parted.yaml": {
+		want: []string{`mig-parted config "all-balanced"`, `device-plugin config "t4-timesliced"`, `device-plugin config "l4-mps"`, "mps≤4", "timeslice×8"},
+	},
 	"./gpuslice plan examples/compose-mig.yaml -o yaml": {
 		check: func(_ *walk, out string) error {
 			if !strings.Contains(out, "placements:") && !strings.Contains(out, "pools:") {
@@ -428,9 +487,9 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice render examples/gpuslice.yaml --target karpenter      # also: dra, kubernetes,": {
 		want: []string{"kind: NodePool", "karpenter.sh/v1"},
 	},
-	"./gpuslice schema > gpuslice.schema.json        # for editors (yaml-language-server)": {
+	"./gpuslice schema > out/gpuslice.schema.json    # for editors (yaml-language-server)": {
 		check: func(w *walk, _ string) error {
-			b, err := os.ReadFile(filepath.Join(w.work, "gpuslice.schema.json"))
+			b, err := os.ReadFile(filepath.Join(w.work, "out", "gpuslice.schema.json"))
 			if err != nil {
 				return err
 			}
@@ -478,9 +537,9 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice bench plan-quality --specs 50         # plan vs first-fit-decreasing heuristics and the lower bound": {
 		want: []string{"HEURISTIC", "ffd-memory", "proved optimal"},
 	},
-	"./gpuslice dra slices --simulate dgx-a100 --node gpu-1 > slices.yaml   # 9 slices: 8 GPUs' devices + their counters": {
+	"./gpuslice dra slices --simulate dgx-a100 --node gpu-1 > out/slices.yaml   # 9 slices: 8 GPUs' devices + their counters": {
 		check: func(w *walk, _ string) error {
-			b, err := os.ReadFile(filepath.Join(w.work, "slices.yaml"))
+			b, err := os.ReadFile(filepath.Join(w.work, "out", "slices.yaml"))
 			if err != nil {
 				return err
 			}
@@ -498,9 +557,9 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice bench nodes                                    # nodes and $/h: counting slices vs whole GPUs": {
 		want: []string{"WHOLE-GPU NODES", "4 notebooks, 4 GiB time-sliced", "75%"},
 	},
-	"./gpuslice render examples/gpuslice.yaml --target dra --dra-driver gpuslice > claims.yaml   # claims on gpu. shared. mig.gpuslice.dev": {
+	"./gpuslice render examples/gpuslice.yaml --target dra --dra-driver gpuslice > out/claims.yaml   # claims on gpu. shared. mig.gpuslice.dev": {
 		check: func(w *walk, _ string) error {
-			b, err := os.ReadFile(filepath.Join(w.work, "claims.yaml"))
+			b, err := os.ReadFile(filepath.Join(w.work, "out", "claims.yaml"))
 			if err != nil {
 				return err
 			}
@@ -515,9 +574,9 @@ var readmeSteps = map[string]readmeStep{
 			return nil
 		},
 	},
-	"./gpuslice dra classes > classes.yaml                                  # gpu. shared. mig.gpuslice.dev": {
+	"./gpuslice dra classes > out/classes.yaml                              # gpu. shared. mig.gpuslice.dev": {
 		check: func(w *walk, _ string) error {
-			b, err := os.ReadFile(filepath.Join(w.work, "classes.yaml"))
+			b, err := os.ReadFile(filepath.Join(w.work, "out", "classes.yaml"))
 			if err != nil {
 				return err
 			}
@@ -600,4 +659,19 @@ var readmeSteps = map[string]readmeStep{
 			return nil
 		},
 	},
+	`scripts/sandbox.sh up       # build what is missing, start, wait for the chart, print how to use it`:  {skip: sandboxSkip},
+	`scripts/sandbox.sh status   # running? (exit 0 ready, 2 starting, 3 not running) and the usage again`: {skip: sandboxSkip},
+	`scripts/sandbox.sh down     # stop it; checks no namespace, veth or cgroup of its node is left`:       {skip: sandboxSkip},
+	`export KUBECONFIG=/root/.cache/gpuslice/sandbox/kubeconfig`:                                           {skip: sandboxSkip},
+	`KUBECTL=/root/.cache/gpuslice/node/v1.36.3-containerd-v2.4.2/kubectl   # kubectl v1.36.3`:             {skip: sandboxSkip},
+	`$KUBECTL get nodes,deviceclasses,resourceslices`:                                                      {skip: sandboxSkip},
+	`$KUBECTL apply -f /root/.cache/gpuslice/sandbox/example.yaml`:                                         {skip: sandboxSkip},
+	`$KUBECTL wait --for=jsonpath='{.status.phase}'=Succeeded pod/gpuslice-example --timeout=2m`:           {skip: sandboxSkip},
+	`$KUBECTL logs gpuslice-example`:                                                                       {skip: sandboxSkip},
 }
+
+// sandboxSkip is why the walk does not run docs/sandbox.md: it needs root and
+// minutes to start a real node; scripts/test.sh runs TestRealNode
+// (test/helmchart/realnode), which installs the same chart on the same node
+// harness (internal/k8s/nodetest) as scripts/sandbox.sh up.
+const sandboxSkip = "a real node as root (minutes); TestRealNode installs the same chart on the same harness"

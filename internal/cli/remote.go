@@ -67,7 +67,7 @@ func remoteCmds(e *env) []*cobra.Command {
 	usage := &cobra.Command{Use: "usage", Short: "What tenants hold and have used", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var us []api.Usage
-			if err := call(cmd.Context(), c, http.MethodGet, "/v1/usage", nil, &us); err != nil {
+			if err := listAll(cmd.Context(), c, "/v1/usage", &us); err != nil {
 				return err
 			}
 			t := &table{header: []string{"TENANT", "CLAIMS", "MEMORY", "COMPUTE", "GPU-SECONDS", "SM-SECONDS", "MIB-SECONDS"}}

@@ -183,7 +183,10 @@ exists it refuses a database that is missing or empty instead of starting afresh
 					return fmt.Errorf("--%s 0: want at least 1, or a negative number for no bound", f.name)
 				}
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			// SIGHUP (the terminal serve runs in closed) stops it as
+			// SIGTERM does: replicas are stopped and their claims released,
+			// rather than killed by the parent-death signal.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			if err := os.MkdirAll(dataDir, 0o700); err != nil {
@@ -290,7 +293,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				if err != nil {
 					return err
 				}
-				if servicesDone, err = startServices(ctx, srv, store, dataDir, nodeName, listen, dev, users, replicaDir, log); err != nil {
+				if servicesDone, err = startServices(ctx, srv, store, dataDir, nodeName, listen, users, replicaDir, log); err != nil {
 					return err
 				}
 			}

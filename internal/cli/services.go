@@ -50,6 +50,7 @@ func readServices(file string, data []byte, command []string) ([]serviceFile, er
 			sf := serviceFile{Name: w.Name, Tenant: w.Tenant}
 			sf.Claim = api.ClaimSpec{Priority: w.Priority, Isolation: w.Isolation, Requests: w.Requests, Constraints: w.Constraints}
 			sf.Command, sf.Env, sf.Autoscaling = command, w.Env, *w.Autoscaling
+			sf.Metric, sf.TargetConcurrency = w.ScaleMetric, w.TargetConcurrency
 			out = append(out, sf)
 		}
 		if len(out) == 0 {
@@ -101,6 +102,16 @@ func servicesCmd(e *env, c *conn) *cobra.Command {
 					// An admin token names a tenant: "default" when the file
 					// names none (a tenant token puts its own).
 					s, err = cl.PutService(cmd.Context(), sf.Name, "default", sf.ServiceSpec)
+				}
+				if ce := (*client.Error)(nil); err != nil && sf.Tenant != "" && errors.As(err, &ce) && ce.Field == "tenant" && strings.Contains(ce.Message, "does not exist") {
+					// The file names a tenant that does not exist (a compose
+					// file names its plan's): an admin token creates it,
+					// with no quota, in the same transaction as the service.
+					// Only an admin gets here: a tenant token's own tenant
+					// exists, and the server refuses createTenant to it.
+					if s, err = cl.PutServiceCreatingTenant(cmd.Context(), sf.Name, sf.Tenant, sf.ServiceSpec); err == nil {
+						fmt.Fprintf(e.errOut, "created tenant %s (no quota, max priority 0); set one with: gpuslice tenants put %s --memory-mib MIB --compute PERCENT\n", sf.Tenant, sf.Tenant)
+					}
 				}
 				if err != nil {
 					return fmt.Errorf("service %s: %w", sf.Name, err)
@@ -221,10 +232,12 @@ func replicaUsers(name, uids string, uidsGiven bool, log *slog.Logger) (services
 
 // startServices runs the services controller of serve on the local node:
 // it talks to the server in-process with its own admin token, measures
-// the local device layer, and opens proxies on the host serve listens on.
+// each replica by its claim's usage (what the local agent attributes to
+// the replica's own processes), and opens proxies on the host serve
+// listens on.
 // The channel it returns closes once the controller has stopped every
 // replica after ctx ends.
-func startServices(ctx context.Context, srv *server.Server, store state.Store, dataDir, node, listen string, meter services.Meter, users services.Users, workDir string, log *slog.Logger) (<-chan struct{}, error) {
+func startServices(ctx context.Context, srv *server.Server, store state.Store, dataDir, node, listen string, users services.Users, workDir string, log *slog.Logger) (<-chan struct{}, error) {
 	tok, err := controllerToken(ctx, srv, store, dataDir)
 	if err != nil {
 		return nil, err
@@ -237,7 +250,7 @@ func startServices(ctx context.Context, srv *server.Server, store state.Store, d
 	if err != nil || host == "" {
 		host = "127.0.0.1"
 	}
-	ctl, err := services.New(services.Config{Client: cl, Node: node, Meter: meter, Log: log.With("services", node), Host: host, Output: os.Stderr,
+	ctl, err := services.New(services.Config{Client: cl, Node: node, Log: log.With("services", node), Host: host, Output: os.Stderr,
 		Users: users, WorkDir: workDir, RecordDir: filepath.Join(dataDir, "replicas")})
 	if err != nil {
 		return nil, err

@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/server"
 )
 
 // The seed's compose file becomes a service with its autoscaling and
@@ -35,5 +38,26 @@ x-internal-integrations:
 	}
 	if _, err := readServices("s.yaml", []byte("name: x\ncomand: [a]\n"), nil); err == nil || !strings.Contains(err.Error(), "comand") {
 		t.Fatalf("unknown field: %v", err)
+	}
+}
+
+// The seed's MIG compose file, as written, makes a service on the default
+// metric; x-gpuslice.metric chooses requests (with targetConcurrency).
+func TestComposeChoosesTheServiceMetric(t *testing.T) {
+	seed, err := os.ReadFile("testdata/seeds/compose-mig.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs, err := readServices("compose-mig.yaml", seed, []string{"python3", "serve.py"})
+	if err != nil || len(svcs) != 1 || svcs[0].Metric != "" || svcs[0].Claim.Requests[0].Profile != "1g.5gb" {
+		t.Fatalf("seed as written: %+v %v", svcs, err)
+	}
+	chosen := strings.Replace(string(seed), "    x-omnistrate-capabilities:", "    x-gpuslice: {metric: requests, targetConcurrency: 4}\n    x-omnistrate-capabilities:", 1)
+	svcs, err = readServices("compose-mig.yaml", []byte(chosen), []string{"python3", "serve.py"})
+	if err != nil || svcs[0].Metric != "requests" || svcs[0].TargetConcurrency != 4 {
+		t.Fatalf("metric requests: %+v %v", svcs, err)
+	}
+	if err := server.ValidateServiceSpec(svcs[0].ServiceSpec); err != nil {
+		t.Fatal(err)
 	}
 }

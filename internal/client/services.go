@@ -11,11 +11,23 @@ import (
 // PutService creates or replaces a service for a tenant ("" = the token's
 // own).
 func (c *Client) PutService(ctx context.Context, name, tenant string, spec api.ServiceSpec) (api.Service, error) {
+	return c.putService(ctx, name, tenant, false, spec)
+}
+
+// PutServiceCreatingTenant is PutService that also creates tenant, with
+// no quota, when it does not exist (admin tokens only; the server refuses
+// it to a tenant token).
+func (c *Client) PutServiceCreatingTenant(ctx context.Context, name, tenant string, spec api.ServiceSpec) (api.Service, error) {
+	return c.putService(ctx, name, tenant, true, spec)
+}
+
+func (c *Client) putService(ctx context.Context, name, tenant string, create bool, spec api.ServiceSpec) (api.Service, error) {
 	var out api.Service
 	body := struct {
-		Tenant string `json:"tenant,omitempty"`
+		Tenant       string `json:"tenant,omitempty"`
+		CreateTenant bool   `json:"createTenant,omitempty"`
 		api.ServiceSpec
-	}{tenant, spec}
+	}{tenant, create, spec}
 	err := c.Do(ctx, http.MethodPut, "/v1/services/"+url.PathEscape(name), body, &out)
 	return out, err
 }

@@ -1,7 +1,9 @@
 package mig
 
 import (
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -210,4 +212,109 @@ func (o *oracle) room(l []bfInst) int {
 		}
 	}
 	return len(seen)
+}
+
+// arrivalOracle computes AnyOrder and SmallFirst from their definitions on
+// the oracle's layouts: a sequence may follow l when the multiset of l and
+// the sequence is that of some valid layout; the best online play is the
+// maximum over each request's valid starts.
+type arrivalOracle struct {
+	*oracle
+	fits  map[string]bool
+	any   map[string]int64
+	small map[string][2]int64
+}
+
+func newArrivalOracle(o *oracle) *arrivalOracle {
+	a := &arrivalOracle{oracle: o, fits: map[string]bool{}, any: map[string]int64{}, small: map[string][2]int64{}}
+	for _, l := range o.all {
+		a.fits[o.multiset(l)] = true
+	}
+	return a
+}
+
+func layoutKey(l []bfInst) string {
+	s := make([]string, len(l))
+	for i, a := range l {
+		s[i] = strconv.Itoa(a.p) + "@" + strconv.Itoa(a.start)
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+// next lists, for each plain profile whose addition to l still fits some
+// layout, the layouts reached by placing it at each valid start (possibly
+// none).
+func (a *arrivalOracle) next(l []bfInst) map[int][][]bfInst {
+	out := map[int][][]bfInst{}
+	for p, s := range a.g.Shapes {
+		if s.ME {
+			continue
+		}
+		with := append(slices.Clone(l), bfInst{p, -1})
+		if !a.fits[a.multiset(with)] {
+			continue
+		}
+		out[p] = [][]bfInst{}
+		for _, st := range s.Starts {
+			n := append(slices.Clone(l), bfInst{p, st})
+			if a.valid(n) {
+				out[p] = append(out[p], n)
+			}
+		}
+	}
+	return out
+}
+
+func (a *arrivalOracle) anyOrder(l []bfInst) int64 {
+	k := layoutKey(l)
+	if v, ok := a.any[k]; ok {
+		return v
+	}
+	n := int64(1)
+	for _, ls := range a.next(l) {
+		best := int64(0)
+		for _, c := range ls {
+			best = max(best, a.anyOrder(c))
+		}
+		n += best
+	}
+	a.any[k] = n
+	return n
+}
+
+// before is the small-first order of two profiles.
+func (a *arrivalOracle) before(p, q int) bool {
+	sp, sq := a.g.Shapes[p], a.g.Shapes[q]
+	return sp.Size < sq.Size || (sp.Size == sq.Size && (sp.Compute < sq.Compute || (sp.Compute == sq.Compute && p < q)))
+}
+
+func (a *arrivalOracle) smallFirst(l []bfInst) [2]int64 {
+	k := layoutKey(l)
+	if v, ok := a.small[k]; ok {
+		return v
+	}
+	last := -1
+	for _, x := range l {
+		if last < 0 || a.before(last, x.p) {
+			last = x.p
+		}
+	}
+	v := [2]int64{1, 1}
+	for p, ls := range a.next(l) {
+		var best [2]int64
+		for _, c := range ls {
+			if last >= 0 && a.before(p, last) {
+				best[1] = max(best[1], a.anyOrder(c))
+				continue
+			}
+			if s := a.smallFirst(c); s[0] > best[0] || (s[0] == best[0] && s[1] > best[1]) {
+				best = s
+			}
+		}
+		v[0] += best[0]
+		v[1] += best[1]
+	}
+	a.small[k] = v
+	return v
 }

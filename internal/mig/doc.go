@@ -11,7 +11,8 @@
 // On top of that rule the package answers the questions dynamic
 // partitioning asks: is this layout valid (and if not, which instance
 // conflicts with which), which maximal layouts exist, where should a new
-// instance go so the most future capacity stays free (see Capacity), which
+// instance go so the most arrival orders still to come can be placed (see
+// BestStart and arrivals.go), which
 // explicit placements realise a multiset of profiles (Fit), and which idle
 // instances are the cheapest to destroy so a profile fits (Evict).
 //

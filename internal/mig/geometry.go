@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/bits"
 	"strings"
-	"sync"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
 )
@@ -45,8 +44,9 @@ type Geometry struct {
 	free [][]uint8
 	// best[k] is the highest Capacity of any valid layout using k slices.
 	best []int
-	// room caches Room by occupancy (Occupancy → int).
-	room *sync.Map
+	// tables caches Room, AnyOrder and SmallFirst by occupancy, shared
+	// by every geometry of the same shape.
+	tables *shapeTables
 }
 
 // New builds the geometry of a MIG-capable catalog model.
@@ -90,7 +90,7 @@ func NewFromShapes(model string, slices, compute, maxInstances int, shapes []Sha
 		maxInstances = slices
 	}
 	geo := &Geometry{Model: model, Slices: slices, ComputeSlices: compute, MaxInstances: maxInstances,
-		byName: make(map[string]int, len(shapes)), room: &sync.Map{}}
+		byName: make(map[string]int, len(shapes))}
 	for i := range shapes {
 		s := shapes[i]
 		if s.Size <= 0 || s.Size > slices {
@@ -140,6 +140,7 @@ func NewFromShapes(model string, slices, compute, maxInstances int, shapes []Sha
 		geo.free[mask] = row
 	}
 	geo.best = geo.computeBestCapacity()
+	geo.tables = tablesFor(geo)
 	return geo, nil
 }
 

@@ -33,9 +33,9 @@ type Placement struct {
 }
 
 // Place chooses the start for a new instance of profile want on a GPU that
-// already holds have: among the allowed starts that fit, the one that keeps
-// Room highest, then Capacity; ties go to the lowest start. have must be
-// valid.
+// already holds have: among the allowed starts that fit, the one that
+// serves the most arrival orders still to come (see BestStart); ties go to
+// the lowest start. have must be valid.
 func (g *Geometry) Place(have Layout, want string) (Placement, error) {
 	o, err := g.Occupancy(have)
 	if err != nil {
@@ -58,25 +58,35 @@ func (g *Geometry) Place(have Layout, want string) (Placement, error) {
 }
 
 // BestStart is Place's core on an occupancy: the allowed start of profile p
-// that keeps Room highest, then Capacity (lowest start on ties). It is the
+// that serves the most arrival orders still to come (SmallFirst, or
+// AnyOrder first when p arrives after a bigger instance; see arrivals.go),
+// then keeps Room, then Capacity highest (lowest start on ties). It is the
 // one placement rule gpuslice has; the allocator calls it too.
 func (g *Geometry) BestStart(o Occupancy, p int) (start int, ok bool) {
 	s := &g.Shapes[p]
 	if !g.countsAllow(&o, p) {
 		return 0, false
 	}
-	bestRoom, bestCap := -1, -1
+	key := bestKey{o, p}
+	if v, hit := g.tables.best.Load(key); hit {
+		st := v.(int)
+		return max(st, 0), st >= 0
+	}
+	var best startScore
 	for si, m := range s.masks {
 		if o.Mask&m != 0 {
 			continue
 		}
-		after := g.Add(o, p, s.Starts[si])
-		r, c := g.Room(after), g.Capacity(after)
-		if r > bestRoom || (r == bestRoom && c > bestCap) {
-			bestRoom, bestCap, start = r, c, s.Starts[si]
+		if sc := g.scoreStart(o, p, s.Starts[si]); !ok || best.less(sc) {
+			best, start, ok = sc, s.Starts[si], true
 		}
 	}
-	return start, bestRoom >= 0
+	if ok {
+		g.tables.best.Store(key, start)
+	} else {
+		g.tables.best.Store(key, -1)
+	}
+	return start, ok
 }
 
 // noFit explains, start by start, why profile p does not fit.

@@ -111,20 +111,36 @@ func TestPlaceMatchesBruteForce(t *testing.T) {
 	for model, g := range migModels(t) {
 		t.Run(model, func(t *testing.T) {
 			o := newOracle(g)
+			a := newArrivalOracle(o)
 			rng := rand.New(rand.NewPCG(2, uint64(len(model))))
 			for _, have := range samples(o, rng, 400) {
 				hl := o.toLayout(have)
+				last := -1
+				for _, x := range have {
+					if last < 0 || a.before(last, x.p) {
+						last = x.p
+					}
+				}
 				for p, s := range g.Shapes {
-					// Best is the highest (Room, Capacity), lowest start on ties.
-					bestRoom, bestCap, bestStart, feasible := -1, -1, -1, map[int][2]int{}
+					// Best is the highest (small-first sequences served,
+					// sequences served, Room, Capacity), sequences in any
+					// order first when p breaks small-first order; lowest
+					// start on ties.
+					var best []int64
+					bestStart, feasible := -1, map[int][]int64{}
 					for _, st := range s.Starts {
 						next := append(slices.Clone(have), bfInst{p, st})
-						if o.valid(next) {
-							r, c := o.room(next), o.capacity(next)
-							feasible[st] = [2]int{r, c}
-							if r > bestRoom || (r == bestRoom && c > bestCap) {
-								bestRoom, bestCap, bestStart = r, c, st
-							}
+						if !o.valid(next) {
+							continue
+						}
+						sf := a.smallFirst(next)
+						sc := []int64{sf[0], sf[1], int64(o.room(next)), int64(o.capacity(next)), 0}
+						if last >= 0 && a.before(p, last) {
+							sc = append([]int64{a.anyOrder(next)}, sc[:4]...)
+						}
+						feasible[st] = sc
+						if bestStart < 0 || slices.Compare(sc, best) > 0 {
+							best, bestStart = sc, st
 						}
 					}
 					got, err := g.Place(hl, s.Name)
@@ -137,8 +153,8 @@ func TestPlaceMatchesBruteForce(t *testing.T) {
 					if err != nil {
 						t.Fatalf("Place(%s, %s): %v; brute force fits at %v", hl, s.Name, err, feasible)
 					}
-					if got.Instance.Start != bestStart || got.Capacity != bestCap {
-						t.Fatalf("Place(%s, %s) = %+v; brute force (room, capacity) by start %v (best %d)", hl, s.Name, got, feasible, bestStart)
+					if got.Instance.Start != bestStart || int64(got.Capacity) != int64(o.capacity(append(slices.Clone(have), bfInst{p, bestStart}))) {
+						t.Fatalf("Place(%s, %s) = %+v; brute force scores by start %v (best %d)", hl, s.Name, got, feasible, bestStart)
 					}
 				}
 			}

@@ -103,7 +103,13 @@ type Workload struct {
 	Env        map[string]string `json:"env,omitempty"`
 	// Autoscaling and serverless settings carried from compose.
 	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`
-	Where       Pos          `json:"-"`
+	// ScaleMetric is what a service of the workload scales on (compose
+	// x-gpuslice.metric: gpu, compute, memory or requests; "" is gpu), and
+	// TargetConcurrency the requests in flight per replica that count as
+	// 100% for requests (0: 10).
+	ScaleMetric       string `json:"scaleMetric,omitempty"`
+	TargetConcurrency int    `json:"targetConcurrency,omitempty"`
+	Where             Pos    `json:"-"`
 }
 
 // Autoscaling carries x-omnistrate-capabilities.
@@ -145,6 +151,11 @@ type ImportedSharing struct {
 	// File is the file a mig-parted config came from: configs of one file
 	// are written back together.
 	File string `json:"-"`
+	// Single marks a device-plugin config that is the only data key of its
+	// ConfigMap: the device plugin's config manager takes it for every
+	// node whose label selects no config (its "single" fallback, after
+	// "named", which takes data key "default").
+	Single bool `json:"-"`
 	// Sharing applies to whole GPUs (and, with MIG strategy mixed, to MIG
 	// devices of the listed resources).
 	Sharing    alloc.Sharing `json:"sharing,omitempty"`

@@ -142,47 +142,77 @@ func heuristic(t *testing.T, s *model.Spec, key string, priority bool, capSlices
 // and no packing (the plan's or a heuristic's) uses fewer GPUs than the
 // lower bound the plan reports.
 func TestNeverBeatenByHeuristics(t *testing.T) {
-	defer func() { onPlanned = nil }()
 	n := *qualitySeeds
 	if testing.Short() {
 		n = min(n, 15)
 	}
 	wins, ties, optimal := 0, 0, 0
 	for seed := 1; seed <= n; seed++ {
-		s := plantest.RandomSpec(uint64(seed), 1+seed%200)
-		var checkErr error
-		onPlanned = func(final *alloc.State, _ []passStat) { checkErr = final.Check() }
-		p, err := Make(s, Options{Quality: QualityOptions{ExactBudget: 50 * time.Millisecond}})
-		if err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
-		}
-		if checkErr != nil {
-			t.Fatalf("seed %d: plan breaks a rule: %v", seed, checkErr)
-		}
-		q := p.Quality
-		got := 0
-		for _, pp := range p.Pools {
-			got += pp.GPUsUsed
-		}
-		if q == nil || q.GPUs != got {
-			t.Fatalf("seed %d: quality %+v, plan uses %d GPUs", seed, q, got)
-		}
-		if len(p.Unplaced) == 0 && got < q.LowerBound {
-			t.Fatalf("seed %d: plan uses %d GPUs, under its own lower bound %d: the bound is wrong", seed, got, q.LowerBound)
-		}
-		if q.Optimal {
-			optimal++
-		}
-		best := notBeaten(t, seed, s, p, got)
-		switch {
-		case best == math.MaxInt:
-		case got < best:
-			wins++
-		case got == best:
-			ties++
-		}
+		w, ti, o := checkNeverBeaten(t, seed, plantest.RandomSpec(uint64(seed), 1+seed%200))
+		wins, ties, optimal = wins+w, ties+ti, optimal+o
 	}
 	t.Logf("%d specs: plan beats the best heuristic on %d, ties on %d; proved optimal on %d", n, wins, ties, optimal)
+}
+
+var heldOutSeeds = flag.Int("held-out-seeds", 40, "specs TestNeverBeatenOnHeldOutMixes draws")
+
+// TestNeverBeatenOnHeldOutMixes holds the same guarantee on mixes the
+// planner was not tuned on: H100 pools with dynamic MIG beside whole-H100
+// pools, workloads pinned to either or free to take both
+// (plantest.MIGBesideWholeSpec, its own seed stream), seeds from 10,001
+// (the bench's --mix h100-mig-beside-whole draws from 1). The plan uses no
+// more GPUs than first-fit decreasing under any key, and leaves out no
+// more replicas by priority.
+func TestNeverBeatenOnHeldOutMixes(t *testing.T) {
+	n := *heldOutSeeds
+	if testing.Short() {
+		n = min(n, 8)
+	}
+	wins, ties, optimal := 0, 0, 0
+	for seed := 10001; seed < 10001+n; seed++ {
+		w, ti, o := checkNeverBeaten(t, seed, plantest.MIGBesideWholeSpec(uint64(seed), 1+seed%300))
+		wins, ties, optimal = wins+w, ties+ti, optimal+o
+	}
+	t.Logf("%d held-out specs: plan beats the best heuristic on %d, ties on %d; proved optimal on %d", n, wins, ties, optimal)
+}
+
+// checkNeverBeaten plans s and holds it to the heuristics (notBeaten), to
+// the allocator's rules and to its own lower bound; it returns 1 in the
+// place of a win, a tie, and a plan proved optimal.
+func checkNeverBeaten(t *testing.T, seed int, s *model.Spec) (win, tie, optimal int) {
+	t.Helper()
+	defer func() { onPlanned = nil }()
+	var checkErr error
+	onPlanned = func(final *alloc.State, _ []passStat) { checkErr = final.Check() }
+	p, err := Make(s, Options{Quality: QualityOptions{ExactBudget: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	if checkErr != nil {
+		t.Fatalf("seed %d: plan breaks a rule: %v", seed, checkErr)
+	}
+	q := p.Quality
+	got := 0
+	for _, pp := range p.Pools {
+		got += pp.GPUsUsed
+	}
+	if q == nil || q.GPUs != got {
+		t.Fatalf("seed %d: quality %+v, plan uses %d GPUs", seed, q, got)
+	}
+	if len(p.Unplaced) == 0 && got < q.LowerBound {
+		t.Fatalf("seed %d: plan uses %d GPUs, under its own lower bound %d: the bound is wrong", seed, got, q.LowerBound)
+	}
+	if q.Optimal {
+		optimal = 1
+	}
+	switch best := notBeaten(t, seed, s, p, got); {
+	case best == math.MaxInt:
+	case got < best:
+		win = 1
+	case got == best:
+		tie = 1
+	}
+	return win, tie, optimal
 }
 
 // The local search and the exact repacking do work on the random specs:

@@ -14,10 +14,12 @@ import (
 	"github.com/gpuslice/gpuslice/internal/plan"
 )
 
-// The ConfigMap the nvidia-device-plugin target writes. They are constants:
-// the GPU operator finds the ConfigMap through its ClusterPolicy
-// (spec.devicePlugin.config.name), so a different name or namespace is a
-// one-line edit of the output or of the operator's Helm values, not a flag.
+// The ConfigMap the nvidia-device-plugin target writes. The GPU operator
+// finds the ConfigMap through its ClusterPolicy
+// (spec.devicePlugin.config.name) in its own namespace; a device plugin
+// installed by its own Helm chart (config.name) reads it from the chart's
+// namespace, often kube-system: Options.Namespace (render --namespace)
+// puts it there.
 const (
 	DevicePluginConfigMapName = "nvidia-device-plugin-configs"
 	DevicePluginNamespace     = "gpu-operator"
@@ -248,6 +250,23 @@ func dpOneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 var dpReLabelValue = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
 
 func renderDevicePlugin(s *model.Spec, p *plan.Plan) ([]byte, error) {
+	return renderDevicePluginIn(s, p, DevicePluginNamespace)
+}
+
+// dpReNamespace is Kubernetes' rule for a namespace name (an RFC 1123
+// label).
+var dpReNamespace = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// checkNamespace refuses what Kubernetes would not take as a namespace.
+func checkNamespace(ns string) error {
+	if len(ns) > 63 || !dpReNamespace.MatchString(ns) {
+		return fmt.Errorf("namespace %q: want lowercase letters, digits and '-', at most 63, starting and ending with a letter or digit (e.g. kube-system, gpu-operator)", ns)
+	}
+	return nil
+}
+
+// renderDevicePluginIn writes the ConfigMap in namespace ns.
+func renderDevicePluginIn(s *model.Spec, p *plan.Plan, ns string) ([]byte, error) {
 	if p == nil || len(p.Pools) == 0 {
 		return nil, fmt.Errorf("nvidia-device-plugin: the plan has no pools")
 	}
@@ -256,15 +275,16 @@ func renderDevicePlugin(s *model.Spec, p *plan.Plan) ([]byte, error) {
 		"NVIDIA k8s-device-plugin configs written by gpuslice, one per pool (data key = pool name).",
 		"A node uses its pool's config through the node label " + DevicePluginConfigLabel + "=<pool>, e.g.",
 		"  kubectl label nodes -l " + plan.PoolLabel + "=<pool> " + DevicePluginConfigLabel + "=<pool>",
-		"The GPU operator reads this ConfigMap when its ClusterPolicy sets",
-		"  spec.devicePlugin.config.name: " + DevicePluginConfigMapName + " (Helm: --set devicePlugin.config.name=" + DevicePluginConfigMapName + ")",
+		"The GPU operator reads this ConfigMap (in its namespace) when its ClusterPolicy sets",
+		"  spec.devicePlugin.config.name: " + DevicePluginConfigMapName + " (Helm: --set devicePlugin.config.name=" + DevicePluginConfigMapName + ");",
+		"the device plugin's own Helm chart reads it from the chart's namespace with --set config.name=" + DevicePluginConfigMapName + ".",
 		"The device plugin shares every GPU of a node the same way and cannot share per GPU; where the plan",
 		"differs between GPUs of a pool, the config says so in a comment and uses the largest replicas.",
 	} {
 		b.WriteString("# " + l + "\n")
 	}
 	b.WriteString("apiVersion: v1\nkind: ConfigMap\nmetadata:\n")
-	fmt.Fprintf(&b, "  name: %s\n  namespace: %s\n", DevicePluginConfigMapName, DevicePluginNamespace)
+	fmt.Fprintf(&b, "  name: %s\n  namespace: %s\n", DevicePluginConfigMapName, ns)
 	b.WriteString("  labels:\n    app.kubernetes.io/managed-by: gpuslice\n")
 	b.WriteString("data:\n")
 	seen := map[string]bool{}

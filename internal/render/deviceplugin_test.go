@@ -178,3 +178,29 @@ func TestDevicePluginRejectsBadPools(t *testing.T) {
 		t.Errorf("read back: %v %+v", diags, s.Imported)
 	}
 }
+
+// The seeds' device plugin runs from its own Helm chart in kube-system
+// (AWS's EKS guide): --namespace puts the ConfigMap there; a name
+// Kubernetes would refuse, or a target that writes tenants' namespaces,
+// is an error naming what would be valid.
+func TestDevicePluginNamespace(t *testing.T) {
+	out, err := RenderWith("nvidia-device-plugin", nvSpec(), nvPlan(), Options{Namespace: "kube-system"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "\n  namespace: kube-system\n") || strings.Contains(string(out), "namespace: "+DevicePluginNamespace+"\n") {
+		t.Fatalf("ConfigMap not in kube-system:\n%s", out)
+	}
+	def, _ := Render("nvidia-device-plugin", nvSpec(), nvPlan())
+	if want := strings.Replace(string(def), "  namespace: "+DevicePluginNamespace+"\n", "  namespace: kube-system\n", 1); string(out) != want {
+		t.Errorf("--namespace changed more than the namespace")
+	}
+	for _, bad := range []string{"Kube-System", "kube_system", "-x", strings.Repeat("a", 64)} {
+		if _, err := RenderWith("nvidia-device-plugin", nvSpec(), nvPlan(), Options{Namespace: bad}); err == nil || !strings.Contains(err.Error(), "lowercase letters, digits and '-'") {
+			t.Errorf("namespace %q: %v", bad, err)
+		}
+	}
+	if _, err := RenderWith("kubernetes", nvSpec(), nvPlan(), Options{Namespace: "kube-system"}); err == nil || !strings.Contains(err.Error(), "only the nvidia-device-plugin target") {
+		t.Errorf("--namespace with another target: %v", err)
+	}
+}

@@ -43,6 +43,12 @@ type Options struct {
 	// DRADriver is the driver the dra target's claims are for: "nvidia"
 	// (also when empty) or "gpuslice" (render --dra-driver).
 	DRADriver string
+	// Namespace is the namespace of the nvidia-device-plugin target's
+	// ConfigMap (render --namespace; "" is DevicePluginNamespace, the GPU
+	// operator's): kube-system for a device plugin installed by its own
+	// Helm chart there, as NVIDIA's and AWS's guides do. Other targets
+	// put objects in their tenants' namespaces and refuse it.
+	Namespace string
 }
 
 // RenderWith is Render with options.
@@ -54,6 +60,15 @@ func RenderWith(target string, s *model.Spec, p *plan.Plan, o Options) ([]byte, 
 		drv = gpusliceDRA
 	default:
 		return nil, fmt.Errorf("DRA driver %q: valid are %s", o.DRADriver, strings.Join(DRADrivers(), ", "))
+	}
+	if o.Namespace != "" {
+		if target != "nvidia-device-plugin" {
+			return nil, fmt.Errorf("namespace %q: only the nvidia-device-plugin target takes a namespace (the %s target writes each tenant's objects in the tenant's namespace)", o.Namespace, target)
+		}
+		if err := checkNamespace(o.Namespace); err != nil {
+			return nil, err
+		}
+		return renderDevicePluginIn(s, p, o.Namespace)
 	}
 	if target == "karpenter" && drv.gpuslice {
 		return renderKarpenterFor(s, p, true)

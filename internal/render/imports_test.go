@@ -77,7 +77,7 @@ func comparableImport(imp *model.ImportedSharing) *model.ImportedSharing {
 		return nil
 	}
 	c := *imp
-	c.Where, c.SharingWhere, c.File, c.Key = model.Pos{}, model.Pos{}, "", ""
+	c.Where, c.SharingWhere, c.File, c.Key, c.Single = model.Pos{}, model.Pos{}, "", "", false
 	if c.Source == spec.SourceDevicePlugin {
 		c.Name = ""
 	}

@@ -20,6 +20,8 @@ var nodeClasses = map[string]obj{
 // renderKarpenter writes a karpenter.sh/v1 NodePool per pool with an
 // instance type: the instance type requirement, the pool and NVIDIA config
 // labels (so the device plugin and MIG manager pick the rendered configs),
+// the labels pods select GPU nodes by (nvidia.com/gpu: "true", GPU feature
+// discovery's nvidia.com/gpu.product and others: gpuNodeLabels),
 // the GPU taint, a GPU limit from the plan (or maxNodes), and consolidation
 // of empty nodes. A pool whose workloads ask compose minimumNodesInPool
 // also gets a static NodePool of that many warm nodes (Karpenter static
@@ -54,19 +56,44 @@ func renderKarpenterFor(s *model.Spec, p *plan.Plan, dra bool) ([]byte, error) {
 			continue
 		}
 		sp := specPool(s, pp.Name)
-		labels := obj{plan.PoolLabel: pp.Name, devicePluginLabel: pp.Name}
-		if usesMIG(pp) {
-			labels[migConfigLabel] = "gpuslice-" + pp.Name
+		g, _ := cat.GPU(it.GPU)
+		labels := gpuNodeLabels(s, pp, g, dra)
+		if !dra {
+			// The config the nvidia-device-plugin target writes for the
+			// pool: its own data key, or the key of the config it
+			// imported (which the target writes back under that key).
+			labels[devicePluginLabel] = pp.Name
+			if sp != nil && sp.DevicePlugin != nil && sp.DevicePlugin.Key != "" {
+				labels[devicePluginLabel] = sp.DevicePlugin.Key
+			}
+			if usesMIG(pp) {
+				labels[migConfigLabel] = "gpuslice-" + pp.Name
+			}
 		}
 		instanceTypes := []string{pp.InstanceType}
 		var draNotes []string
 		if dra {
 			// gpuslice's driver reads neither NVIDIA config label.
-			labels = obj{plan.PoolLabel: pp.Name}
 			if instanceTypes, draNotes, err = draInstanceTypes(p, pp, it, cat); err != nil {
 				return nil, err
 			}
+			// A node may be any admitted type: only the labels all of
+			// them share.
+			for _, name := range instanceTypes {
+				other, err := cat.InstanceType(name)
+				if err != nil {
+					return nil, err
+				}
+				og, _ := cat.GPU(other.GPU)
+				ol := gpuNodeLabels(s, &plan.PoolPlan{Name: pp.Name, GPUsPerNode: other.GPUCount}, og, true)
+				for k, v := range labels {
+					if ol[k] != v {
+						delete(labels, k)
+					}
+				}
+			}
 		}
+		labels[plan.PoolLabel] = pp.Name
 		taints := []obj{{"key": gpuTaint, "value": "true", "effect": "NoSchedule"}}
 		maxNodes := pp.Nodes
 		if sp != nil {

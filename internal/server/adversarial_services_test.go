@@ -385,3 +385,64 @@ func TestRenewalFloodDoesNotStallWriters(t *testing.T) {
 		t.Fatalf("flooded claim: %s, lease %v", c.State, c.LeaseExpires)
 	}
 }
+
+// A compose file names its tenant (the plan's slug): an admin's put with
+// createTenant makes it, with no quota, in the same transaction, and
+// leaves an existing tenant as it is. A tenant token can neither create a
+// tenant nor, by naming another, reach one; a tenant deleted and made
+// again this way does not revive its old tokens.
+func TestCreateTenantIsTheAdminsAndContainsTenants(t *testing.T) {
+	h := newHarness(t, nil)
+	acme := h.tenant("acme", 0)
+	req := serviceReq("python3", "/srv/serve.py")
+	req.Tenant = "gpu-slicing-example-hosted-tier"
+	// Without createTenant the answer says how to get one.
+	if code, body := h.call(h.admin, "PUT", "/v1/services/gpuinfo", req); code != http.StatusUnprocessableEntity ||
+		!strings.Contains(string(body), "gpuslice tenants put gpu-slicing-example-hosted-tier") || !strings.Contains(string(body), "createTenant") {
+		t.Fatalf("service of a missing tenant: %d %s, want 422 naming the command and createTenant", code, body)
+	}
+	req.CreateTenant = true
+	var svc api.Service
+	h.must(h.admin, "PUT", "/v1/services/gpuinfo", req, 200, &svc)
+	var ten api.Tenant
+	h.must(h.admin, "GET", "/v1/tenants/gpu-slicing-example-hosted-tier", nil, 200, &ten)
+	if svc.Tenant != ten.Name || ten.MemoryMiB != 0 || ten.ComputePercent != 0 || ten.MaxPriority != 0 || len(ten.Commands) != 0 {
+		t.Fatalf("created tenant %+v for service of tenant %s: want no quota, priority 0, no commands", ten, svc.Tenant)
+	}
+	// An existing tenant is kept as it is (its quota and commands).
+	h.must(h.admin, "PUT", "/v1/tenants/beta", api.Tenant{MemoryMiB: 2048, Commands: []api.AllowedCommand{{Command: []string{"x"}}}}, 200, nil)
+	req.Tenant = "beta"
+	h.must(h.admin, "PUT", "/v1/services/b1", req, 200, nil)
+	h.must(h.admin, "GET", "/v1/tenants/beta", nil, 200, &ten)
+	if ten.MemoryMiB != 2048 || len(ten.Commands) != 1 {
+		t.Fatalf("createTenant changed an existing tenant: %+v", ten)
+	}
+	// A tenant token creates nothing: not with its own name, not with
+	// another's, and naming another tenant is refused as before.
+	for _, name := range []string{"", "acme", "evil-new", "beta"} {
+		r := serviceReq("python3", "/srv/serve.py")
+		r.Tenant, r.CreateTenant = name, true
+		code, body := h.call(acme, "PUT", "/v1/services/t-"+strings.TrimPrefix(name+"x", "-"), r)
+		if code != http.StatusForbidden && code != http.StatusUnprocessableEntity {
+			t.Errorf("tenant token, createTenant for %q: %d %s, want a refusal", name, code, body)
+		}
+	}
+	if code, _ := h.call(h.admin, "GET", "/v1/tenants/evil-new", nil); code != http.StatusNotFound {
+		t.Fatalf("a tenant token's createTenant made tenant evil-new: %d", code)
+	}
+	// A bad name is refused with the field, not stored.
+	bad := serviceReq("python3", "/srv/serve.py")
+	bad.Tenant, bad.CreateTenant = "Bad Name", true
+	if code, body := h.call(h.admin, "PUT", "/v1/services/bad", bad); code != http.StatusUnprocessableEntity || !strings.Contains(string(body), `"field":"tenant"`) {
+		t.Fatalf("createTenant with a bad name: %d %s", code, body)
+	}
+	// A tenant deleted and made again by createTenant: the old tenant's
+	// token stays dead.
+	gamma := h.tenant("gamma", 0)
+	h.must(h.admin, "DELETE", "/v1/tenants/gamma", nil, 204, nil)
+	req.Tenant = "gamma"
+	h.must(h.admin, "PUT", "/v1/services/g1", req, 200, nil)
+	if code, body := h.call(gamma, "GET", "/v1/services/g1", nil); code != http.StatusUnauthorized && code != http.StatusForbidden {
+		t.Fatalf("the deleted tenant's token reached the re-created tenant's service: %d %s", code, body)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -442,6 +443,8 @@ func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal
 			return err
 		}
 		if rebuild {
+			// No event says so: the dashboard's fleet cache reads it again.
+			tx.OnCommit(func() { srv.fleetDirty.mark(name) })
 			if err := srv.adoptInstances(tx, n); err != nil {
 				return err
 			}
@@ -611,26 +614,47 @@ func (srv *Server) sweep(ctx context.Context) error {
 
 // usage reports what tenants hold now and have used.
 func (srv *Server) usage(w http.ResponseWriter, r *http.Request, p principal) {
+	pg, err := pageOf(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	var out []api.Usage
-	err := srv.store.View(r.Context(), func(tx state.Tx) error {
+	err = srv.store.View(r.Context(), func(tx state.Tx) error {
 		ts, err := tx.ListTenants()
 		if err != nil {
 			return err
 		}
-		for _, t := range ts {
-			if p.role == api.RoleTenant && t.Name != p.tenant {
-				continue
+		if p.role == api.RoleTenant {
+			ts = slices.DeleteFunc(ts, func(t api.Tenant) bool { return t.Name != p.tenant })
+		}
+		ts = pageByName(w, pg, ts, func(t api.Tenant) string { return t.Name })
+		live := map[string][]api.Claim{}
+		if len(ts) == 1 {
+			cs, err := tx.ListClaims(state.ClaimFilter{Tenant: ts[0].Name, States: []api.ClaimState{api.Allocated, api.Running}})
+			if err != nil {
+				return err
 			}
+			live[ts[0].Name] = cs
+		} else if len(ts) > 1 {
+			cs, err := tx.ListClaims(state.ClaimFilter{States: []api.ClaimState{api.Allocated, api.Running}})
+			if err != nil {
+				return err
+			}
+			for _, c := range cs {
+				live[c.Tenant] = append(live[c.Tenant], c)
+			}
+		}
+		for _, t := range ts {
 			u, err := tx.Usage(t.Name)
 			if err != nil {
 				return err
 			}
 			u.Tenant = t.Name
-			live, err := tx.ListClaims(state.ClaimFilter{Tenant: t.Name, States: []api.ClaimState{api.Allocated, api.Running}})
-			if err != nil {
-				return err
-			}
-			for _, c := range live {
+			for _, c := range live[t.Name] {
+				if p.role == api.RoleTenant && !p.sees(&c) {
+					continue
+				}
 				u.Claims++
 				for _, d := range c.Allocation.Devices {
 					u.MemoryMiB += d.MemoryMiB
@@ -648,5 +672,5 @@ func (srv *Server) usage(w http.ResponseWriter, r *http.Request, p principal) {
 	if out == nil {
 		out = []api.Usage{}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSONGzip(w, r, out)
 }

@@ -75,6 +75,12 @@ type Config struct {
 	// hours at 15s).
 	SampleInterval time.Duration
 	SeriesLength   int
+	// DashboardInterval is how often a dashboard stream looks for changes
+	// no event announced (memory in use, as heartbeats report it; default
+	// 2s). GPUHistoryLength is how many samples each GPU's memory history
+	// keeps (default 240).
+	DashboardInterval time.Duration
+	GPUHistoryLength  int
 	// LeaseGrace is how long past its lease a leased claim is kept before
 	// it is released (default 10s; negative: none): a holder that renews
 	// a little late, or a client partitioned for a moment, keeps its claim.
@@ -119,6 +125,15 @@ type Server struct {
 	metrics *metrics
 	// series holds the dashboard's samples (a bounded ring).
 	series *web.Series
+	// gpuHistory is each GPU's memory at each sample (bounded rings);
+	// samples wakes dashboard streams when a sample is recorded.
+	gpuHistory *web.GPUHistory
+	samples    sampleBell
+	// fleetCache is the newest read of the fleet, shared by dashboard
+	// streams while no event commits (fleetview.go).
+	fleetMu    sync.Mutex
+	fleetCache *fleetSnap
+	fleetDirty dirtyNodes
 	// leases are the leased live claims' expiries (leases.go).
 	leases leaseTable
 	// cache holds tokens and tenants: the server is the store's only
@@ -230,6 +245,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
+	if cfg.DashboardInterval <= 0 {
+		cfg.DashboardInterval = 2 * time.Second
+	}
+	if cfg.GPUHistoryLength <= 0 {
+		cfg.GPUHistoryLength = 240
+	}
 	if cfg.SampleInterval <= 0 {
 		cfg.SampleInterval = 15 * time.Second
 	}
@@ -271,8 +292,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: AgentEventRate %v: want a finite number of events per second (negative: no limit)", cfg.AgentEventRate)
 	}
 	srv := &Server{cfg: cfg, store: cfg.Store, log: cfg.Log, sched: newScheduler(), series: web.NewSeries(cfg.SeriesLength),
-		events: newEventLimiter(cfg.AgentEventRate, cfg.AgentEventBurst, cfg.EventDropWindow),
-		slots:  newStreamSlots(cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant), bell: newEventBell(),
+		gpuHistory: web.NewGPUHistory(cfg.GPUHistoryLength),
+		events:     newEventLimiter(cfg.AgentEventRate, cfg.AgentEventBurst, cfg.EventDropWindow),
+		slots:      newStreamSlots(cfg.MaxStreamsPerToken, cfg.MaxStreamsPerTenant), bell: newEventBell(),
 		streamReads: make(chan struct{}, streamReaders)}
 	srv.leases.m = map[string]lease{}
 	srv.metrics = newMetrics(srv)
@@ -371,7 +393,13 @@ func (srv *Server) Handler() http.Handler {
 	mux.Handle("GET /{$}", web.Assets())
 	mux.Handle("GET /ui/", web.Assets())
 	route("GET /v1/fleet", users, srv.fleet)
+	route("GET /v1/fleet/summary", users, srv.fleetSummary)
+	route("GET /v1/fleet/grid", users, srv.fleetGrid)
+	route("GET /v1/fleet/gpus/{node}/{index}", users, srv.fleetGPU)
 	route("GET /v1/dashboard", users, srv.dashboard)
+	route("GET /v1/dashboard/tenants/{name}", users, srv.dashboardTenant)
+	route("GET /v1/dashboard/stream", users, srv.dashboardStream)
+	route("GET /v1/claims/{id}/events", users, srv.claimEvents)
 	// Services (services.go): replicas of a claim + command, autoscaled.
 	route("GET /v1/services", users, srv.listServices)
 	route("PUT /v1/services/{name}", users, srv.putService)

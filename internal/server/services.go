@@ -19,6 +19,13 @@ import (
 type PutServiceRequest struct {
 	// Tenant is required for admin tokens and must match a tenant token's.
 	Tenant string `json:"tenant,omitempty"`
+	// CreateTenant (admin tokens only) creates Tenant when it does not
+	// exist, with no quota, maxPriority 0 and no allowed commands, in the
+	// same transaction as the service: a compose file names its tenant
+	// (the plan's slug) and runs as written. An existing tenant is left as
+	// it is. A tenant token may not set it: its own tenant exists, and it
+	// may create none.
+	CreateTenant bool `json:"createTenant,omitempty"`
 	api.ServiceSpec
 }
 
@@ -205,6 +212,16 @@ func (srv *Server) putService(w http.ResponseWriter, r *http.Request, p principa
 		writeError(w, err)
 		return
 	}
+	if req.CreateTenant {
+		if p.role != api.RoleAdmin {
+			writeError(w, &httpError{status: http.StatusForbidden, field: "createTenant", msg: "only an admin token creates tenants; a tenant token puts services of its own tenant (leave createTenant out)"})
+			return
+		}
+		if !validName.MatchString(tenant) {
+			writeError(w, errField("tenant", "tenant name %q: lowercase letters, digits, '.', '_' and '-', 1–63 characters", tenant))
+			return
+		}
+	}
 	if err := ValidateServiceSpec(req.ServiceSpec); err != nil {
 		writeError(w, err)
 		return
@@ -227,8 +244,22 @@ func (srv *Server) putService(w http.ResponseWriter, r *http.Request, p principa
 	now := srv.cfg.Clock()
 	err = srv.update(r.Context(), func(tx state.Tx) error {
 		t, err := tx.GetTenant(tenant)
-		if err != nil {
-			return errField("tenant", "tenant %q does not exist", tenant)
+		switch {
+		case errors.Is(err, state.ErrNotFound) && req.CreateTenant:
+			// Checked above: only an admin gets here.
+			t = api.Tenant{Name: tenant, Created: now}
+			if err := tx.PutTenant(t); err != nil {
+				return err
+			}
+			if err := tx.AppendEvent(&api.Event{Time: now, Kind: "tenant.create", Tenant: tenant,
+				Message: fmt.Sprintf("tenant %s created for service %s (no quota, max priority 0, no allowed commands)", tenant, name)}); err != nil {
+				return err
+			}
+			tx.OnCommit(func() { srv.cache.putTenant(t) })
+		case errors.Is(err, state.ErrNotFound):
+			return errField("tenant", "tenant %q does not exist; create it (gpuslice tenants put %s), or put the service with an admin token and createTenant", tenant, tenant)
+		case err != nil:
+			return err
 		}
 		if p.role == api.RoleTenant {
 			// Against the tenant as this transaction sees it: an allow-list

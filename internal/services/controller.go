@@ -22,6 +22,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/autoscale"
+	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/client"
 )
 
@@ -32,8 +33,6 @@ type Config struct {
 	// Node is the serving node: replicas' claims are pinned to it, and
 	// their processes run here.
 	Node string
-	// Meter reads the utilization of the devices replicas hold.
-	Meter Meter
 	// Prometheus evaluates the prometheus metric (default HTTPPrometheus).
 	Prometheus Querier
 	Log        *slog.Logger
@@ -74,6 +73,9 @@ type Config struct {
 type Controller struct {
 	cfg  Config
 	wake chan struct{}
+	// snap is this step's read of the node's claims and heartbeat, made
+	// when a service first needs it (the controller's goroutine only).
+	snap *usageSnapshot
 
 	mu   sync.Mutex
 	svcs map[string]*svcRun
@@ -113,6 +115,9 @@ type replica struct {
 	err     string
 	stop    context.CancelFunc
 	done    chan struct{}
+	// reading is its claim's usage totals at the last sample (the
+	// controller's goroutine only).
+	reading usageReading
 }
 
 func (r *replica) get() (replicaState, string, []string) {
@@ -234,6 +239,7 @@ func (c *Controller) Step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.snap = nil
 	now := c.cfg.Clock()
 	c.mu.Lock()
 	seen := map[string]bool{}
@@ -313,51 +319,79 @@ func (c *Controller) newRun(s api.Service, now time.Time) *svcRun {
 	return run
 }
 
-// sample measures a service now.
-func (c *Controller) sample(ctx context.Context, run *svcRun, now time.Time) autoscale.Sample {
+// sample measures a service now, and says which metric the sample's
+// value is: the service's own, or requests at its proxy where the gpu
+// metric cannot be measured on its devices (A100 MIG instances).
+func (c *Controller) sample(ctx context.Context, run *svcRun, now time.Time) (autoscale.Sample, autoscale.Metric) {
 	s := autoscale.Sample{Time: now, Value: math.NaN()}
 	if run.proxy != nil {
 		s.Requests, s.InFlight, s.Waiting = run.proxy.Stats()
 	}
-	var readyDevs [][]string
+	var readyReps []*replica
 	for _, r := range run.replicas {
-		if st, _, devs := r.get(); st == ready {
-			readyDevs = append(readyDevs, devs)
+		if st, _, _ := r.get(); st == ready {
+			readyReps = append(readyReps, r)
 		}
 	}
-	if len(readyDevs) == 0 {
+	if len(readyReps) == 0 {
 		s.Starting = run.cur.Replicas > 0
-		return s
+		return s, run.metric
 	}
-	switch run.metric {
-	case autoscale.MetricGPU, autoscale.MetricMemory:
-		if c.cfg.Meter == nil {
-			return s
-		}
-		sum, n := 0.0, 0
-		for _, devs := range readyDevs {
-			for _, d := range devs {
-				u, err := c.cfg.Meter.Utilization(ctx, d)
-				if err != nil {
-					continue
-				}
-				v := u.SMPercent
-				if run.metric == autoscale.MetricMemory {
-					v = u.MemoryPercent
-				}
-				sum += float64(v)
-				n++
-			}
-		}
-		if n > 0 {
-			s.Value = sum / float64(n)
-		}
-	case autoscale.MetricRequests:
+	requests := func() float64 {
 		target := run.spec.TargetConcurrency
 		if target <= 0 {
 			target = 10
 		}
-		s.Value = float64(s.InFlight) * 100 / float64(len(readyDevs)*target)
+		return float64(s.InFlight) * 100 / float64(len(readyReps)*target)
+	}
+	switch run.metric {
+	case autoscale.MetricGPU, autoscale.MetricMemory:
+		snap, err := c.usage(ctx)
+		if err != nil {
+			run.message = "measuring replicas: " + err.Error()
+			return s, run.metric
+		}
+		sum, n, unsampled := 0.0, 0, ""
+		for _, r := range readyReps {
+			_, id, _ := r.get()
+			cl, ok := snap.claims[id]
+			cur := usageReading{at: now, ok: ok}
+			if ok && cl.Used != nil {
+				cur.used = *cl.Used
+			}
+			var devs []alloc.Assigned
+			if ok && cl.Allocation != nil {
+				devs = cl.Allocation.Devices
+			}
+			compute, mem, why := deviceLimits(devs, snap.modelOf)
+			u := usageBetween(r.reading, cur, snap.beat, compute, mem, why)
+			r.reading = cur
+			v := u.SMPercent
+			if run.metric == autoscale.MetricMemory {
+				v = u.MemPercent
+			} else if u.Unsampled != "" && unsampled == "" {
+				unsampled = u.Unsampled
+			}
+			if !math.IsNaN(v) {
+				sum += v
+				n++
+			}
+		}
+		if unsampled != "" {
+			// Never read as idle: no sample is not zero.
+			if run.proxy != nil {
+				run.message = "metric gpu: " + unsampled + "; scaling on requests at the proxy instead (set the metric to requests, or prometheus with DCGM's per-instance metrics, to choose)"
+				s.Value = requests()
+				return s, autoscale.MetricRequests
+			}
+			run.message = "metric gpu: " + unsampled + "; the service cannot scale on it: choose requests (with a targetPort) or prometheus with DCGM's per-instance metrics"
+			return s, run.metric
+		}
+		if n == len(readyReps) {
+			s.Value = sum / float64(n)
+		}
+	case autoscale.MetricRequests:
+		s.Value = requests()
 	case autoscale.MetricPrometheus:
 		v, err := c.cfg.Prometheus.Query(ctx, run.spec.PrometheusURL, run.spec.PrometheusQuery)
 		if err != nil {
@@ -366,7 +400,45 @@ func (c *Controller) sample(ctx context.Context, run *svcRun, now time.Time) aut
 			s.Value = v
 		}
 	}
-	return s
+	return s, run.metric
+}
+
+// usageSnapshot is one read of the node: its running claims (with their
+// usage totals) and last heartbeat, and its GPUs' models.
+type usageSnapshot struct {
+	claims map[string]api.Claim
+	beat   time.Time
+	models map[string]*catalog.GPU // GPU uuid -> model
+}
+
+func (u *usageSnapshot) modelOf(gpu string) *catalog.GPU { return u.models[gpu] }
+
+// usage reads the node once per step.
+func (c *Controller) usage(ctx context.Context) (*usageSnapshot, error) {
+	if c.snap != nil {
+		return c.snap, nil
+	}
+	cl := c.cfg.Client
+	claims, err := client.ListAll[api.Claim](ctx, cl, "/v1/claims?node="+url.QueryEscape(c.cfg.Node)+"&state=running")
+	if err != nil {
+		return nil, err
+	}
+	var node api.Node
+	if err := cl.Do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(c.cfg.Node), nil, &node); err != nil {
+		return nil, err
+	}
+	snap := &usageSnapshot{claims: map[string]api.Claim{}, beat: node.LastHeartbeat, models: map[string]*catalog.GPU{}}
+	for _, cl := range claims {
+		snap.claims[cl.ID] = cl
+	}
+	cat := catalog.Default()
+	for _, g := range node.Inventory.GPUs {
+		if m, err := cat.GPU(g.Model); err == nil {
+			snap.models[g.UUID] = m
+		}
+	}
+	c.snap = snap
+	return snap, nil
 }
 
 func (c *Controller) stepOne(ctx context.Context, run *svcRun, now time.Time) error {
@@ -392,9 +464,10 @@ func (c *Controller) stepOne(ctx context.Context, run *svcRun, now time.Time) er
 		waitingNow = w > 0 && run.cur.Replicas == 0
 	}
 	if now.Sub(run.lastSample) >= c.cfg.Interval || waitingNow {
-		run.window = autoscale.Trim(run.policy, append(run.window, c.sample(ctx, run, now)), now)
+		smp, metric := c.sample(ctx, run, now)
+		run.window = autoscale.Trim(run.policy, append(run.window, smp), now)
 		run.lastSample = now
-		d := autoscale.Decide(run.policy, run.metric, run.cur, run.window, now)
+		d := autoscale.Decide(run.policy, metric, run.cur, run.window, now)
 		if d.Changed() {
 			c.cfg.Log.Info("service scale", "service", run.name, "decision", d.String())
 			run.decisions = append(run.decisions, d)

@@ -57,8 +57,11 @@ type env struct {
 }
 
 // newEnv runs a real server on a memory store with an in-process agent on
-// a simulated dgx-a100, and a controller with 100ms minutes.
-func newEnv(t *testing.T) *env {
+// a simulated dgx-a100, and a controller with 200ms minutes.
+func newEnv(t *testing.T) *env { return newEnvOn(t, "dgx-a100") }
+
+// newEnvOn is newEnv on a simulated machine of another preset.
+func newEnvOn(t *testing.T, preset string) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	store := state.NewMemory()
@@ -76,7 +79,7 @@ func newEnv(t *testing.T) *env {
 	agentTok, _ := srv.CreateTokenFor(ctx, api.RoleAgent, "", "node-a")
 	admin, _ := client.New(hs.URL, adminTok.Secret, hs.Client())
 	ac, _ := client.New(hs.URL, agentTok.Secret, hs.Client())
-	spec, err := fake.Preset("dgx-a100")
+	spec, err := fake.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +96,7 @@ func newEnv(t *testing.T) *env {
 	}
 	agentDone := make(chan struct{})
 	go func() { _ = a.Run(ctx); close(agentDone) }()
-	ctl, err := New(Config{Client: admin, Node: "node-a", Meter: m, Interval: 50 * time.Millisecond, Minute: 200 * time.Millisecond})
+	ctl, err := New(Config{Client: admin, Node: "node-a", Interval: 50 * time.Millisecond, Minute: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,20 +273,17 @@ func TestScaleDownLosesNoRequest(t *testing.T) {
 	}
 }
 
-// The gpu metric reads the replicas' devices on the simulated GPUs: pinned
-// busy, the service grows one replica at a time to its maximum.
-func TestBusyGPUsScaleUpOneStepAtATime(t *testing.T) {
+// The gpu metric is the replicas' own SM activity: each replica's
+// simulated process pinned busy, the service grows one replica at a time
+// to its maximum.
+func TestBusyReplicasScaleUpOneStepAtATime(t *testing.T) {
 	e := newEnv(t)
 	spec := replicaSpec(port(t), model.Autoscaling{MinReplicas: 1, MaxReplicas: 3, OverUtilizedMinutesBeforeScalingUp: 1})
 	if _, err := e.admin.PutService(e.ctx, "hot", "default", spec); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor("hot", "ready", func(s api.Service) bool { return s.Status.Ready >= 1 })
-	for i := range 8 { // every GPU of the dgx-a100 busy
-		if err := e.m.SetUtilization(e.gpuUUID(i), 95, -1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.keepBusy("hot", 95)
 	s := e.waitFor("hot", "at 3", func(s api.Service) bool { return s.Status.Ready == 3 })
 	var ups []autoscale.Decision
 	for _, d := range s.Status.Decisions {
@@ -296,6 +296,164 @@ func TestBusyGPUsScaleUpOneStepAtATime(t *testing.T) {
 	}
 	if gap := ups[1].Time.Sub(ups[0].Time); gap < 200*time.Millisecond {
 		t.Fatalf("second step %s after the first: less than the 1-minute (200ms) period", gap)
+	}
+}
+
+// keepBusy pins, until the test ends, the SM utilization of every
+// simulated process of the service's replicas (new ones included) to sm
+// percent of their device.
+func (e *env) keepBusy(service string, sm int) {
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	e.t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if s, err := e.admin.Service(ctx, service); err == nil {
+				for _, id := range s.Status.Claims {
+					for _, pid := range e.claimPIDs(ctx, id) {
+						_ = e.m.SetProcessUtilization(pid, sm)
+					}
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+}
+
+// claimPIDs are the simulated processes the agent runs for a claim: on
+// each of its devices, the one holding the memory promised there (the
+// tests give services different memory).
+func (e *env) claimPIDs(ctx context.Context, id string) []int {
+	c, err := e.admin.Claim(ctx, id, "", 0)
+	if err != nil || c.Allocation == nil {
+		return nil
+	}
+	var out []int
+	for _, d := range c.Allocation.Devices {
+		ps, err := e.m.Processes(ctx, d.Device)
+		if err != nil {
+			continue
+		}
+		for _, p := range ps {
+			if p.MemoryMiB == d.MemoryMiB {
+				out = append(out, p.PID)
+			}
+		}
+	}
+	return out
+}
+
+// An idle service sharing a GPU with a busy one (its own process at 100%,
+// the whole GPU pinned at 100% as nvidia-smi would show it) neither scales
+// up with no request nor is kept from stopping: its gpu metric counts its
+// own processes only.
+func TestBusyNeighbourNeitherScalesNorBlocksStop(t *testing.T) {
+	e := newEnv(t)
+	busy := replicaSpec(port(t), model.Autoscaling{MinReplicas: 1, MaxReplicas: 1})
+	busy.Claim.Requests[0].MemoryMiB = 6144
+	if _, err := e.admin.PutService(e.ctx, "busy", "default", busy); err != nil {
+		t.Fatal(err)
+	}
+	b := e.waitFor("busy", "ready", func(s api.Service) bool { return s.Status.Ready == 1 })
+	e.keepBusy("busy", 100)
+	bc, err := e.admin.Claim(e.ctx, b.Status.Claims[0], "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := bc.Allocation.Devices[0].Device
+	if err := e.m.SetUtilization(dev, 100, -1); err != nil {
+		t.Fatal(err)
+	}
+	// The idle service's replica on the same GPU (binpack).
+	idle := replicaSpec(port(t), model.Autoscaling{MinReplicas: 1, MaxReplicas: 2, OverUtilizedMinutesBeforeScalingUp: 1,
+		IdleMinutesBeforeScalingDown: 3, EnableAutoStop: true})
+	if _, err := e.admin.PutService(e.ctx, "idle", "default", idle); err != nil {
+		t.Fatal(err)
+	}
+	s := e.waitFor("idle", "ready", func(s api.Service) bool { return s.Status.Ready == 1 })
+	ic, err := e.admin.Claim(e.ctx, s.Status.Claims[0], "", 0)
+	if err != nil || ic.Allocation.Devices[0].Device != dev {
+		t.Fatalf("the idle replica is on %v, want the busy one's device %s (%v)", ic.Allocation, dev, err)
+	}
+	s = e.waitFor("idle", "stopped by auto-stop", func(s api.Service) bool { return s.Status.Replicas == 0 })
+	for _, d := range s.Status.Decisions {
+		if d.Action == autoscale.Up {
+			t.Errorf("the idle service scaled up with no request beside a busy neighbour: %s", d)
+		}
+	}
+	if last := s.Status.Decisions[len(s.Status.Decisions)-1]; last.Action != autoscale.Stop {
+		t.Errorf("last decision %s, want the auto-stop", last)
+	}
+	if b, _ = e.admin.Service(e.ctx, "busy"); b.Status.Replicas != 1 {
+		t.Errorf("busy service at %d replicas", b.Status.Replicas)
+	}
+}
+
+// On MIG instances of a GPU with GPM (H100), the gpu metric is the
+// instance's activity over the instance's own compute: a busy 1g.10gb
+// replica is 100% of what it can use and the service scales up.
+func TestBusyMIGReplicaIsMeasured(t *testing.T) {
+	e := newEnvOn(t, "dgx-h100")
+	spec := replicaSpec(port(t), model.Autoscaling{MinReplicas: 1, MaxReplicas: 2, OverUtilizedMinutesBeforeScalingUp: 1})
+	spec.Claim.Requests[0] = alloc.Request{Name: "gpu", Mode: alloc.MIG, Profile: "1g.10gb"}
+	if _, err := e.admin.PutService(e.ctx, "mig", "default", spec); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("mig", "ready", func(s api.Service) bool { return s.Status.Ready == 1 })
+	e.keepBusy("mig", 100)
+	s := e.waitFor("mig", "at 2", func(s api.Service) bool { return s.Status.Ready == 2 })
+	up := false
+	for _, d := range s.Status.Decisions {
+		up = up || (d.Action == autoscale.Up && strings.Contains(d.Reason, "gpu above 80%"))
+	}
+	if !up {
+		t.Fatalf("no scale-up on the MIG replica's gpu: %+v", s.Status.Decisions)
+	}
+}
+
+// On A100 MIG instances nothing samples SM activity (no per-process
+// samples in MIG mode, no GPM): the gpu metric is never read as idle; a
+// service with a proxy scales on its requests instead and says why.
+func TestUnsampledMIGScalesOnRequests(t *testing.T) {
+	e := newEnv(t)
+	p := port(t)
+	spec := replicaSpec(p, model.Autoscaling{MinReplicas: 1, MaxReplicas: 2, OverUtilizedMinutesBeforeScalingUp: 1, IdleMinutesBeforeScalingDown: 1})
+	spec.Claim.Requests[0] = alloc.Request{Name: "gpu", Mode: alloc.MIG, Profile: "1g.5gb"}
+	spec.TargetConcurrency = 1
+	if _, err := e.admin.PutService(e.ctx, "a100mig", "default", spec); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("a100mig", "ready", func(s api.Service) bool { return s.Status.Ready == 1 })
+	e.keepBusy("a100mig", 100) // nothing measures it
+	s := e.waitFor("a100mig", "says why", func(s api.Service) bool {
+		return strings.Contains(s.Status.Message, "not measured on A100-40GB MIG instances") && strings.Contains(s.Status.Message, "scaling on requests")
+	})
+	for _, d := range s.Status.Decisions {
+		if d.Action == autoscale.Up || d.Action == autoscale.Down {
+			t.Fatalf("decided on an unmeasured metric: %s", d)
+		}
+	}
+	// Requests in flight at the proxy: over 1 per replica scales it up.
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	for range 3 {
+		go func() {
+			for ctx.Err() == nil {
+				if resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(p) + "/slow"); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		}()
+	}
+	s = e.waitFor("a100mig", "at 2 on requests", func(s api.Service) bool { return s.Status.Ready == 2 })
+	up := false
+	for _, d := range s.Status.Decisions {
+		up = up || (d.Action == autoscale.Up && strings.Contains(d.Reason, "requests above"))
+	}
+	if !up {
+		t.Fatalf("no scale-up on requests: %+v", s.Status.Decisions)
 	}
 }
 

@@ -10,15 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"time"
-
-	"github.com/gpuslice/gpuslice/internal/gpu"
 )
-
-// Meter reads a device's utilization (a gpu.Device has it: the simulated
-// machine or NVML).
-type Meter interface {
-	Utilization(ctx context.Context, uuid string) (gpu.Utilization, error)
-}
 
 // Querier evaluates a Prometheus query to one number.
 type Querier interface {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -116,15 +118,20 @@ func TestQueueingAndRejection(t *testing.T) {
 	}
 }
 
-// The chart is well-formed SVG with one line per strategy and panel.
+// The chart is well-formed SVG in small multiples: each strategy its own
+// row (its two polylines in their own band, none overlapping another
+// strategy's), the fleet's capacity drawn as a line in each GPU panel at
+// the fleet's GPU count, and the time axis in the unit its ticks count.
 func TestSVG(t *testing.T) {
-	r, err := Run(load("A100-40GB", 4, chat, batch), Options{Strategies: []string{"advised", "dedicated"}})
+	r, err := Run(load("A100-40GB", 4, chat, batch), Options{Strategies: []string{"advised", "mps", "time-slicing", "dedicated"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := SVG(r)
+	type band struct{ lo, hi float64 }
+	var lines []band
+	var capacity []float64
 	dec := xml.NewDecoder(bytes.NewReader(b))
-	lines := 0
 	for {
 		tok, err := dec.Token()
 		if err != nil {
@@ -133,15 +140,64 @@ func TestSVG(t *testing.T) {
 			}
 			break
 		}
-		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
-			lines++
+		se, ok := tok.(xml.StartElement)
+		if !ok {
+			continue
+		}
+		attr := map[string]string{}
+		for _, a := range se.Attr {
+			attr[a.Name.Local] = a.Value
+		}
+		switch {
+		case se.Name.Local == "polyline":
+			bd := band{lo: math.Inf(1), hi: math.Inf(-1)}
+			for _, pt := range strings.Fields(attr["points"]) {
+				var x, y float64
+				fmt.Sscanf(pt, "%f,%f", &x, &y)
+				bd.lo, bd.hi = math.Min(bd.lo, y), math.Max(bd.hi, y)
+			}
+			lines = append(lines, bd)
+		case se.Name.Local == "line" && attr["class"] == "capacity":
+			var y float64
+			fmt.Sscanf(attr["y1"], "%f", &y)
+			capacity = append(capacity, y)
 		}
 	}
-	if lines != 4 {
-		t.Fatalf("%d polylines, want 4", lines)
+	if len(lines) != 2*len(r.Strategies) {
+		t.Fatalf("%d polylines, want 2 per strategy (%d)", len(lines), 2*len(r.Strategies))
 	}
-	if !strings.Contains(string(b), "advised") || !strings.Contains(string(b), "2d") {
-		t.Fatal("legend or axis missing")
+	// Rows: strategy k's lines lie below strategy k-1's, never in the
+	// same band.
+	for k := 1; k < len(r.Strategies); k++ {
+		prevLow := math.Max(lines[2*k-2].hi, lines[2*k-1].hi)
+		if lo := math.Min(lines[2*k].lo, lines[2*k+1].lo); lo <= prevLow {
+			t.Errorf("strategy %s's lines (from y %.0f) overlap %s's (to y %.0f)", r.Strategies[k].Name, lo, r.Strategies[k-1].Name, prevLow)
+		}
+	}
+	if len(capacity) != len(r.Strategies) {
+		t.Fatalf("%d capacity lines, want one per strategy", len(capacity))
+	}
+	out := string(b)
+	if !strings.Contains(out, fmt.Sprintf("capacity %d", r.GPUs)) {
+		t.Errorf("no capacity label of %d GPUs", r.GPUs)
+	}
+	// A 2-day run counts days, and says so; no "hours" under day ticks.
+	if !strings.Contains(out, "time (days)") || strings.Contains(out, "hours") || strings.Contains(out, ">2d<") {
+		t.Errorf("time axis of a %s run: want days, labelled as days", Span(r.Duration))
+	}
+	for _, s := range r.Strategies {
+		if !strings.Contains(out, ">"+s.Name+"<") {
+			t.Errorf("no row title for %s", s.Name)
+		}
+	}
+	short := load("A100-40GB", 4, chat, batch)
+	short.Sim.Duration = 12 * time.Hour
+	r2, err := Run(short, Options{Strategies: []string{"advised"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := string(SVG(r2)); !strings.Contains(out, "time (hours)") || strings.Contains(out, "days") {
+		t.Errorf("a 12h run's axis is not in hours")
 	}
 }
 

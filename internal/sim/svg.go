@@ -11,49 +11,73 @@ import (
 // palette gives each strategy a color that reads on white.
 var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"}
 
-// SVG draws a run: GPUs in use over time per strategy (top) and jobs
-// waiting in the queue (bottom), with axes, ticks and a legend.
+// SVG draws a run as small multiples: one row per strategy, each with the
+// GPUs in use over time against the fleet's capacity (a dashed line) and
+// the jobs waiting in the queue, on scales shared by every row so rows
+// compare at a glance. The time axis is in days for runs of two days or
+// more, else in hours, and says which.
 func SVG(r *Result) []byte {
-	const W, H, left, right, top, gap, panel = 900, 560, 70, 170, 40, 60, 200
+	const W, left, gapX, right, top, rowH, panelH, bottom = 960, 64, 56, 20, 56, 128, 84, 48
+	rows := max(len(r.Strategies), 1)
+	H := top + rows*rowH + bottom
+	gpuW := (W - left - gapX - right) * 2 / 3
+	qW := W - left - gapX - right - gpuW
+	qLeft := left + gpuW + gapX
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
 	title := fmt.Sprintf("gpuslice simulate: %d× %s, %s, seed %d, %d jobs", r.GPUs, r.Fleet.GPU, Span(r.Duration), r.Seed, r.Arrivals)
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(title))
+	fmt.Fprintf(&b, `<text x="%d" y="40" fill="#555">GPUs in use per strategy; dashed: the fleet's %d GPUs</text>`+"\n", left, r.GPUs)
+	fmt.Fprintf(&b, `<text x="%d" y="40" fill="#555">jobs waiting in the queue</text>`+"\n", qLeft)
 	hours := r.Duration.Hours()
-	maxGPU, maxQ := 1, 1
+	maxGPU, maxQ := max(r.GPUs, 1), 1
 	for _, s := range r.Strategies {
 		for _, p := range s.Series {
 			maxGPU, maxQ = max(maxGPU, p.GPUs), max(maxQ, p.Queued)
 		}
 	}
-	panels := []struct {
-		name string
-		y0   int
-		max  int
-		val  func(Point) int
-	}{
-		{"GPUs in use", top, maxGPU, func(p Point) int { return p.GPUs }},
-		{"jobs queued", top + panel + gap, maxQ, func(p Point) int { return p.Queued }},
-	}
-	pw := W - left - right
-	for _, pn := range panels {
-		ymax := niceCeil(float64(max(pn.max, 4)))
-		x := func(h float64) float64 { return float64(left) + h/math.Max(hours, 1e-9)*float64(pw) }
-		y := func(v float64) float64 { return float64(pn.y0+panel) - v/ymax*float64(panel) }
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>`+"\n", left, pn.y0, pw, panel)
-		fmt.Fprintf(&b, `<text x="15" y="%d" transform="rotate(-90 15 %d)" text-anchor="middle">%s</text>`+"\n", pn.y0+panel/2, pn.y0+panel/2, pn.name)
-		for i := 0; i <= 4; i++ {
-			v := ymax * float64(i) / 4
-			fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>`, left, left+pw, y(v), y(v))
-			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y(v)+4, trimNum(v))
+	gpuMax, qMax := niceCeil(float64(max(maxGPU, 4))), niceCeil(float64(max(maxQ, 4)))
+	unit, perUnit := timeUnit(hours)
+	step := tickStep(hours/perUnit, unit)
+	for k, s := range r.Strategies {
+		y0 := top + k*rowH + 16
+		color := palette[k%len(palette)]
+		note := fmt.Sprintf("mean %.1f GPUs, %.0f GPU-h", s.MeanGPUs, s.GPUHours)
+		if s.CostKnown {
+			note += fmt.Sprintf(", $%.0f", s.Cost)
 		}
-		step := tickStep(hours)
-		for h := 0.0; h <= hours+1e-9; h += step {
-			fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#999"/>`, x(h), x(h), pn.y0+panel, pn.y0+panel+4)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x(h), pn.y0+panel+16, hourLabel(h))
+		if s.Queued > 0 || s.Rejected > 0 {
+			note += fmt.Sprintf("; %d queued at the end, %d rejected", s.Queued, s.Rejected)
 		}
-		for k, s := range r.Strategies {
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold" fill="%s">%s</text>`, left, y0-4, color, html.EscapeString(s.Name))
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="10" fill="#555">%s</text>`+"\n", left+110, y0-4, html.EscapeString(note))
+		panels := []struct {
+			x0, w int
+			ymax  float64
+			val   func(Point) int
+			cap   int
+		}{
+			{left, gpuW, gpuMax, func(p Point) int { return p.GPUs }, r.GPUs},
+			{qLeft, qW, qMax, func(p Point) int { return p.Queued }, 0},
+		}
+		for _, pn := range panels {
+			x := func(h float64) float64 { return float64(pn.x0) + h/math.Max(hours, 1e-9)*float64(pn.w) }
+			y := func(v float64) float64 { return float64(y0+panelH) - v/pn.ymax*float64(panelH) }
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>`+"\n", pn.x0, y0, pn.w, panelH)
+			for i := 0; i <= 2; i++ {
+				v := pn.ymax * float64(i) / 2
+				fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>`, pn.x0, pn.x0+pn.w, y(v), y(v))
+				fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" font-size="10">%s</text>`+"\n", pn.x0-5, y(v)+4, trimNum(v))
+			}
+			for t := 0.0; t <= hours/perUnit+1e-9; t += step {
+				fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#999"/>`, x(t*perUnit), x(t*perUnit), y0+panelH, y0+panelH+4)
+				fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" font-size="10">%s</text>`+"\n", x(t*perUnit), y0+panelH+15, trimNum(t))
+			}
+			if pn.cap > 0 {
+				fmt.Fprintf(&b, `<line class="capacity" x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#d62728" stroke-dasharray="6 4"/>`, pn.x0, pn.x0+pn.w, y(float64(pn.cap)), y(float64(pn.cap)))
+				fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" font-size="10" fill="#d62728">capacity %d</text>`+"\n", pn.x0+pn.w-4, y(float64(pn.cap))-3, pn.cap)
+			}
 			if len(s.Series) == 0 {
 				continue
 			}
@@ -64,22 +88,24 @@ func SVG(r *Result) []byte {
 				}
 				fmt.Fprintf(&pts, "%.1f,%.1f", x(p.Hours), y(float64(pn.val(p))))
 			}
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.8" points="%s"/>`+"\n", palette[k%len(palette)], pts.String())
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.6" points="%s"/>`+"\n", color, pts.String())
 		}
 	}
-	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">hours</text>`+"\n", left+pw/2, top+2*panel+gap+34)
-	for k, s := range r.Strategies {
-		ly := top + 10 + k*36
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/>`, left+pw+14, left+pw+34, ly, ly, palette[k%len(palette)])
-		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`, left+pw+40, ly+4, html.EscapeString(s.Name))
-		note := fmt.Sprintf("%.0f GPU-h", s.GPUHours)
-		if s.CostKnown {
-			note = fmt.Sprintf("$%.0f, %s", s.Cost, note)
-		}
-		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="10" fill="#555">%s</text>`+"\n", left+pw+40, ly+18, html.EscapeString(note))
-	}
+	axis := fmt.Sprintf("time (%s)", unit)
+	yAxis := top + rows*rowH + 30
+	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`, left+gpuW/2, yAxis, axis)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", qLeft+qW/2, yAxis, axis)
 	b.WriteString("</svg>\n")
 	return b.Bytes()
+}
+
+// timeUnit is the unit of a run's time axis: days for two days or more,
+// else hours, and how many hours one unit is.
+func timeUnit(hours float64) (string, float64) {
+	if hours >= 48 {
+		return "days", 24
+	}
+	return "hours", 1
 }
 
 // niceCeil rounds up to 1, 2 or 5 × a power of ten.
@@ -96,20 +122,20 @@ func niceCeil(v float64) float64 {
 	return 10 * p
 }
 
-func tickStep(hours float64) float64 {
-	for _, s := range []float64{1, 2, 6, 12, 24, 48, 168, 336, 720} {
-		if hours/s <= 10 {
+// tickStep is the distance between ticks for an axis of n units: at
+// most ten ticks, at steps that read well in the unit (6 and 12 hours,
+// 7 days).
+func tickStep(n float64, unit string) float64 {
+	steps := []float64{1, 2, 5, 7, 14, 30, 60, 90, 180, 365}
+	if unit == "hours" {
+		steps = []float64{1, 2, 3, 6, 12, 24}
+	}
+	for _, s := range steps {
+		if n/s <= 10 {
 			return s
 		}
 	}
-	return 720
-}
-
-func hourLabel(h float64) string {
-	if h >= 24 && math.Mod(h, 24) == 0 {
-		return fmt.Sprintf("%gd", h/24)
-	}
-	return fmt.Sprintf("%gh", h)
+	return niceCeil(n / 10)
 }
 
 func trimNum(v float64) string {

@@ -54,6 +54,10 @@ import (
 //	priority          whole number
 //	mps               {activeThreadPercent: 1..100, pinnedMemory: size}
 //	replicas          replica count, overriding autoscaling and deploy.replicas
+//	metric            what a service of it scales on (gpuslice services put):
+//	                  gpu (or compute; the default), memory, requests
+//	targetConcurrency requests in flight per replica that count as 100%
+//	                  for metric requests (1..10000; default 10)
 //
 // Every service becomes a Workload when a top-level pool exists; otherwise
 // only services with GPU settings (x-gpuslice, a service-level

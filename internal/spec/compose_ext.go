@@ -15,13 +15,16 @@ import (
 // The keys ReadCompose knows inside the extensions it reads.
 var (
 	composeGPUKeys      = []string{"instanceType", "timeSlicingReplicas", "migProfile"}
-	composeSliceKeys    = []string{"tenant", "isolation", "mode", "memory", "compute", "workload", "latencySensitive", "priority", "mps", "replicas"}
+	composeSliceKeys    = []string{"tenant", "isolation", "mode", "memory", "compute", "workload", "latencySensitive", "priority", "mps", "replicas", "metric", "targetConcurrency"}
 	composeMPSKeys      = []string{"activeThreadPercent", "pinnedMemory"}
 	composeScaleKeys    = []string{"minReplicas", "maxReplicas", "idleMinutesBeforeScalingDown", "idleThreshold", "overUtilizedMinutesBeforeScalingUp", "overUtilizedThreshold"}
 	composeServerlessKs = []string{"targetPort", "enableAutoStop", "minimumNodesInPool"}
 	composeModes        = []string{"auto", "exclusive", "timeslice", "mps", "mig"}
 	composeIsolations   = []string{"none", "tenant", "hardware"}
 	composeWorkloads    = []string{"inference", "interactive", "batch", "training"}
+	// composeMetrics are the metrics a compose service may scale on (a
+	// prometheus metric needs a URL and a query: a gpuslice service file).
+	composeMetrics = []string{"gpu", "compute", "memory", "requests"}
 )
 
 // composeMaxReplicas bounds timeSlicingReplicas.
@@ -54,6 +57,8 @@ type composeSlice struct {
 	latency   bool
 	threads   int
 	pinnedMiB int64
+	metric    string
+	target    int
 }
 
 // readGPU reads a multiTenantGpu mapping.
@@ -174,6 +179,10 @@ func (c *composeFile) readSlice(n *yaml.Node, path string) composeSlice {
 		s.replicas = int(v)
 	}
 	s.latency, _ = w.boolean(f, "latencySensitive")
+	s.metric = c.oneOf(f, "metric", composeMetrics)
+	if v, ok := c.intIn(f, "targetConcurrency", 1, 10000, "requests in flight per replica that count as 100%, 1..10000"); ok {
+		s.target = int(v)
+	}
 	if m := f.get("mps"); m != nil {
 		mp := join(path, "mps")
 		mf := w.mapping(m, mp, composeMPSKeys...)
@@ -217,6 +226,10 @@ func (s composeSlice) merge(top composeSlice) composeSlice {
 			out.replicas = s.replicas
 		case "latencySensitive":
 			out.latency = s.latency
+		case "metric":
+			out.metric = s.metric
+		case "targetConcurrency":
+			out.target = s.target
 		case "mps.activeThreadPercent":
 			out.threads = s.threads
 		case "mps.pinnedMemory":

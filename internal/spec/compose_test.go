@@ -264,3 +264,39 @@ services:
 		t.Errorf("a %+v\nb %+v", a, b)
 	}
 }
+
+// x-gpuslice.metric chooses what a compose service scales on; requests
+// needs the proxy's targetPort, and targetConcurrency applies to requests
+// only.
+func TestComposeScaleMetric(t *testing.T) {
+	seed, err := os.ReadFile("testdata/compose/seed-mig.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withMetric := strings.Replace(string(seed), "    x-omnistrate-capabilities:", "    x-gpuslice: {metric: requests, targetConcurrency: 4}\n    x-omnistrate-capabilities:", 1)
+	s, diags := ReadCompose("seed-mig.yaml", []byte(withMetric))
+	if err := diags.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if wl := s.Workloads[0]; wl.ScaleMetric != "requests" || wl.TargetConcurrency != 4 {
+		t.Fatalf("metric %q target %d, want requests and 4", wl.ScaleMetric, wl.TargetConcurrency)
+	}
+	noPort := strings.Replace(withMetric, "        targetPort: 5000\n", "", 1)
+	_, diags = ReadCompose("seed-mig.yaml", []byte(noPort))
+	if err := diags.Err(); err == nil || !strings.Contains(err.Error(), "metric requests counts requests at the service's proxy") {
+		t.Fatalf("requests without targetPort: %v", err)
+	}
+	bad := strings.Replace(withMetric, "metric: requests", "metric: latency", 1)
+	if _, diags = ReadCompose("seed-mig.yaml", []byte(bad)); diags.Err() == nil || !strings.Contains(diags.Err().Error(), "valid: gpu, compute, memory, requests") {
+		t.Fatalf("unknown metric: %v", diags.Err())
+	}
+	gpuTarget := strings.Replace(withMetric, "metric: requests, ", "", 1)
+	_, diags = ReadCompose("seed-mig.yaml", []byte(gpuTarget))
+	found := false
+	for _, d := range diags {
+		found = found || (d.Severity == Warning && strings.Contains(d.Message, "targetConcurrency applies to metric requests only"))
+	}
+	if !found {
+		t.Fatalf("targetConcurrency without requests: no warning in %v", diags)
+	}
+}

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/compose-spec/compose-go/v2/types"
@@ -31,6 +32,14 @@ func (c *composeFile) workload(name string, key, sn *yaml.Node, as *Autoscaling,
 	}
 	if wl.Autoscaling != nil {
 		wl.MinReplicas = wl.Autoscaling.MinReplicas
+	}
+	wl.ScaleMetric, wl.TargetConcurrency = sl.metric, sl.target
+	if n := sl.set["metric"]; n != nil && sl.metric == "requests" && (wl.Autoscaling == nil || wl.Autoscaling.TargetPort == 0) {
+		w.errorf(n, sl.paths["metric"], "add x-omnistrate-capabilities.serverlessConfiguration.targetPort (the port the proxy listens on), or scale on gpu",
+			"metric requests counts requests at the service's proxy, and %s has no targetPort", name)
+	}
+	if n := sl.set["targetConcurrency"]; n != nil && sl.metric != "requests" {
+		w.warnf(n, sl.paths["targetConcurrency"], "set metric: requests, or remove targetConcurrency", "targetConcurrency applies to metric requests only; %s scales on %s", name, cmp.Or(sl.metric, "gpu"))
 	}
 	if svc != nil {
 		wl.Image = svc.Image

@@ -34,7 +34,12 @@ const (
 //     the pool's label nvidia.com/device-plugin.config; else the one named
 //     after the pool (render's nvidia-device-plugin target writes one data
 //     key per pool); else the config named "default" (a bare config file,
-//     which every node's device plugin runs with, or data key "default").
+//     which every node's device plugin runs with, or data key "default");
+//     else the only data key of a ConfigMap that has one. The last two are
+//     the device plugin's own fallbacks ("named", then "single", its Helm
+//     chart's config.fallbackStrategies) for a node whose label selects
+//     no config: a single-key ConfigMap, as NVIDIA's and AWS's guides
+//     write them (data key "any", "config.json"), is every node's config.
 //   - mig-parted config: the one named by the pool's label
 //     nvidia.com/mig.config; else the one named <pool> or gpuslice-<pool>
 //     (render's mig-parted target); else, when the inputs hold exactly one
@@ -180,7 +185,10 @@ func (a *applier) matchDevicePlugin(p *Pool, dps []int) (int, bool) {
 	if j, ok, decided := a.pick(p, dps, "by name", func(imp *ImportedSharing) bool { return imp.Name == p.Name }); decided {
 		return j, ok
 	}
-	j, ok, _ := a.pick(p, dps, "as the default config", func(imp *ImportedSharing) bool { return imp.Name == "default" })
+	if j, ok, decided := a.pick(p, dps, "as the default config", func(imp *ImportedSharing) bool { return imp.Name == "default" }); decided {
+		return j, ok
+	}
+	j, ok, _ := a.pick(p, dps, "as the only data key of its ConfigMap (the device plugin's default)", func(imp *ImportedSharing) bool { return imp.Single })
 	return j, ok
 }
 
@@ -232,7 +240,7 @@ func (a *applier) unmatched(idx []int, what, unit string) {
 	for _, p := range a.s.Pools {
 		pools = append(pools, p.Name)
 	}
-	hint := "label a pool with " + DevicePluginConfigLabel + "=<" + unit + ">, or name the " + unit + " after a pool"
+	hint := "label a pool with " + DevicePluginConfigLabel + "=<" + unit + ">, name the " + unit + " after a pool, or name it \"default\" (every unlabelled node's config, as is a ConfigMap's only data key)"
 	if what == "mig-parted" {
 		hint = "label a pool with " + MIGConfigLabel + "=<config>, or name the config after a pool (<pool> or " + MIGPartedConfigPrefix + "<pool>)"
 	}

@@ -87,6 +87,7 @@ func ReadDevicePluginConfig(file string, data []byte) (*Spec, Diagnostics) {
 			continue
 		}
 		if nvIsConfigMap(doc) {
+			first := len(s.Imported)
 			w.nvEachConfig(doc, lines, "the device plugin", func(e *nvEmbedded, d *yaml.Node) {
 				imp, at := e.w.devicePlugin(d, "", e.key)
 				imp.Where = Pos{File: file, Line: e.keyNode.Line, Column: e.keyNode.Column}
@@ -97,6 +98,9 @@ func ReadDevicePluginConfig(file string, data []byte) (*Spec, Diagnostics) {
 				}
 				s.Imported = append(s.Imported, imp)
 			})
+			if len(s.Imported) == first+1 {
+				s.Imported[first].Single = true
+			}
 			continue
 		}
 		if top := nvDeref(doc); top.Kind == yaml.MappingNode {

@@ -192,7 +192,10 @@ func TestDevicePluginTestdata(t *testing.T) {
 	}{
 		{file: "seed-configmap.yaml",
 			wants: []string{"W 10:24 failRequestsGreaterThanOne is not set and defaults to false"},
-			imps:  []ImportedSharing{{Source: SourceDevicePlugin, Name: "config.json", Sharing: nvTS(3)}}},
+			imps:  []ImportedSharing{{Source: SourceDevicePlugin, Name: "config.json", Sharing: nvTS(3), Single: true}}},
+		{file: "seed-eks-configmap.yaml",
+			wants: []string{"W 13:9 failRequestsGreaterThanOne is not set"},
+			imps:  []ImportedSharing{{Source: SourceDevicePlugin, Name: "any", MIGStrategy: "none", Sharing: nvTS(10), Single: true}}},
 		{file: "seed-configmap-as-printed.yaml",
 			wants: []string{"E 8:0 must be indented more than its key"}},
 		{file: "dp-timeslicing.yaml",

@@ -1,9 +1,13 @@
 package web
 
 import (
+	"bytes"
+	"compress/gzip"
 	"embed"
 	"net/http"
 	"path"
+	"strings"
+	"sync"
 )
 
 //go:embed assets
@@ -33,6 +37,11 @@ func Assets() http.Handler {
 			return
 		}
 		h := w.Header()
+		h.Add("Vary", "Accept-Encoding")
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			data = gzipped(name, data)
+			h.Set("Content-Encoding", "gzip")
+		}
 		switch path.Ext(name) {
 		case ".html":
 			h.Set("Content-Type", "text/html; charset=utf-8")
@@ -47,4 +56,24 @@ func Assets() http.Handler {
 		h.Set("Cache-Control", "no-cache")
 		_, _ = w.Write(data)
 	})
+}
+
+var (
+	zipMu  sync.Mutex
+	zipped = map[string][]byte{}
+)
+
+// gzipped is an asset compressed, once.
+func gzipped(name string, data []byte) []byte {
+	zipMu.Lock()
+	defer zipMu.Unlock()
+	if z, ok := zipped[name]; ok {
+		return z
+	}
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	_, _ = zw.Write(data)
+	_ = zw.Close()
+	zipped[name] = buf.Bytes()
+	return zipped[name]
 }

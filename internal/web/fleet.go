@@ -22,11 +22,26 @@ type Fleet struct {
 
 // FleetNode is one node.
 type FleetNode struct {
-	Name          string     `json:"name"`
-	State         string     `json:"state"`
-	Simulated     bool       `json:"simulated"`
-	LastHeartbeat time.Time  `json:"lastHeartbeat"`
-	GPUs          []FleetGPU `json:"gpus"`
+	Name          string    `json:"name"`
+	State         string    `json:"state"`
+	Simulated     bool      `json:"simulated"`
+	LastHeartbeat time.Time `json:"lastHeartbeat"`
+	// Pool is the node's pool: its gpuslice.dev/pool label, else its
+	// instance type ("" when it has neither).
+	Pool string     `json:"pool,omitempty"`
+	GPUs []FleetGPU `json:"gpus"`
+}
+
+// PoolLabel is the node label that names a node's pool (plan.PoolLabel,
+// restated: web does not import the planner).
+const PoolLabel = "gpuslice.dev/pool"
+
+// PoolOf is a node's pool: its PoolLabel, else its instance type.
+func PoolOf(n alloc.Node) string {
+	if p := n.Labels[PoolLabel]; p != "" {
+		return p
+	}
+	return n.InstanceType
 }
 
 // FleetGPU is one physical GPU with its geometry.
@@ -125,7 +140,8 @@ func BuildFleet(in FleetInput) Fleet {
 		}
 	}
 	for _, n := range in.Nodes {
-		fn := FleetNode{Name: n.Name, State: string(n.State), Simulated: n.Simulated, LastHeartbeat: n.LastHeartbeat, GPUs: []FleetGPU{}}
+		fn := FleetNode{Name: n.Name, State: string(n.State), Simulated: n.Simulated, LastHeartbeat: n.LastHeartbeat,
+			Pool: PoolOf(n.Inventory), GPUs: []FleetGPU{}}
 		for _, g := range n.Inventory.GPUs {
 			fg := FleetGPU{UUID: g.UUID, Index: g.Index, Model: g.Model, Healthy: g.Healthy, MIG: g.MIGEnabled}
 			model, _ := cat.GPU(g.Model)

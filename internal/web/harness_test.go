@@ -23,7 +23,7 @@ import (
 // with simulated machines whose agents run on their own, as under
 // `gpuslice serve`.
 type live struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *server.Server
 	url   string
 	admin string

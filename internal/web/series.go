@@ -1,6 +1,7 @@
 package web
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -109,4 +110,115 @@ func ForTenant(tenant string) func(Sample) Sample {
 		}
 		return x
 	}
+}
+
+// Thin keeps at most n of samples, evenly spaced, always the newest: a
+// chart has no use for more points than it has pixels. Cumulative
+// counters stay exact at the points kept.
+func Thin(samples []Sample, n int) []Sample {
+	if n <= 0 || len(samples) <= n {
+		return samples
+	}
+	out := make([]Sample, 0, n)
+	step := float64(len(samples)-1) / float64(n-1)
+	for i := 0; i < n; i++ {
+		out = append(out, samples[int(math.Round(float64(i)*step))])
+	}
+	return out
+}
+
+// OnlyTenants is the view of a sample that keeps the named tenants'
+// figures and the fleet-wide totals.
+func OnlyTenants(names []string) func(Sample) Sample {
+	return func(x Sample) Sample {
+		keep := make(map[string]TenantSample, len(names))
+		for _, n := range names {
+			if t, ok := x.Tenants[n]; ok {
+				keep[n] = t
+			}
+		}
+		x.Tenants = keep
+		return x
+	}
+}
+
+// GPUPoint is one GPU at one sample: memory promised to its live claims
+// and used by their processes (-1: not reported).
+type GPUPoint struct {
+	Time        time.Time `json:"time"`
+	PromisedMiB int64     `json:"promisedMiB"`
+	UsedMiB     int64     `json:"usedMiB"`
+}
+
+// GPUHistory keeps the last points of every GPU in rings of fixed size
+// (a GPU that leaves the fleet is forgotten at the next Record): memory
+// stays bounded by GPUs × length. Safe for concurrent use.
+type GPUHistory struct {
+	mu   sync.Mutex
+	n    int
+	gpus map[string]*gpuRing
+}
+
+type gpuRing struct {
+	t              []int64 // unix ms
+	promised, used []int32 // MiB
+	next           int
+	full           bool
+}
+
+// NewGPUHistory keeps the last n points of each GPU (n ≥ 1).
+func NewGPUHistory(n int) *GPUHistory {
+	return &GPUHistory{n: max(n, 1), gpus: map[string]*gpuRing{}}
+}
+
+// Record adds a point for every GPU of the fleet at t.
+func (h *GPUHistory) Record(t time.Time, f Fleet) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := make(map[string]bool, len(h.gpus))
+	for _, n := range f.Nodes {
+		for _, g := range n.GPUs {
+			seen[g.UUID] = true
+			r := h.gpus[g.UUID]
+			if r == nil {
+				r = &gpuRing{t: make([]int64, h.n), promised: make([]int32, h.n), used: make([]int32, h.n)}
+				h.gpus[g.UUID] = r
+			}
+			u := Use(g)
+			r.t[r.next], r.promised[r.next], r.used[r.next] = t.UnixMilli(), clamp32(u.PromisedMiB), clamp32(u.UsedMiB)
+			if r.next++; r.next == h.n {
+				r.next, r.full = 0, true
+			}
+		}
+	}
+	for uuid := range h.gpus {
+		if !seen[uuid] {
+			delete(h.gpus, uuid)
+		}
+	}
+}
+
+func clamp32(v int64) int32 { return int32(max(min(v, math.MaxInt32), math.MinInt32)) }
+
+// Of returns a GPU's points, oldest first (none for an unknown GPU).
+func (h *GPUHistory) Of(uuid string) []GPUPoint {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := []GPUPoint{}
+	r := h.gpus[uuid]
+	if r == nil {
+		return out
+	}
+	add := func(i int) {
+		out = append(out, GPUPoint{Time: time.UnixMilli(r.t[i]).UTC(), PromisedMiB: int64(r.promised[i]), UsedMiB: int64(r.used[i])})
+	}
+	if r.full {
+		for i := r.next; i < h.n; i++ {
+			add(i)
+		}
+	}
+	for i := 0; i < r.next; i++ {
+		add(i)
+	}
+	return out
 }

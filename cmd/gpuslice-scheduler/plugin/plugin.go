@@ -230,7 +230,7 @@ type cycle struct {
 	priority int
 	claims   []*resourceapi.ResourceClaim // the pod's gpuslice claims
 	toAlloc  []int                        // indices into claims still to allocate
-	acs      []alloc.Claim                // translated, for toAlloc
+	acs      []*draalloc.Claim            // translated, for toAlloc
 	node     string                       // the node claims already allocated are on ("" none)
 	classes  map[string]*resourceapi.DeviceClass
 
@@ -243,7 +243,10 @@ type cycle struct {
 }
 
 type nodeResult struct {
-	as    []*alloc.Allocation
+	as []*alloc.Allocation
+	// pref is the stock scheduler's score of the subrequests chosen
+	// (draalloc.SubrequestScore summed over the claims).
+	pref  int64
 	share float64 // GPU share newly held
 	used  float64 // share of the node's GPUs in use after
 }
@@ -383,16 +386,23 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		if pending := p.fh.SharedDRAManager().ResourceClaims().GetPendingAllocation(rc.UID); pending != nil {
 			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("claim %s is being allocated for another pod", rc.Name))
 		}
-		ac, err := draalloc.ToClaim(rc, c.priority)
+		ac, err := draalloc.Translate(rc, c.priority)
 		if err != nil {
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 		}
 		for _, r := range rc.Spec.Devices.Requests {
+			var names []string
 			if r.Exactly != nil {
-				if dc, err := p.fh.SharedDRAManager().DeviceClasses().Get(r.Exactly.DeviceClassName); err == nil {
+				names = append(names, r.Exactly.DeviceClassName)
+			}
+			for _, s := range r.FirstAvailable {
+				names = append(names, s.DeviceClassName)
+			}
+			for _, name := range names {
+				if dc, err := p.fh.SharedDRAManager().DeviceClasses().Get(name); err == nil {
 					c.classes[dc.Name] = dc
 				} else {
-					return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("claim %s: DeviceClass %s: %v", rc.Name, r.Exactly.DeviceClassName, err))
+					return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("claim %s: DeviceClass %s: %v", rc.Name, name, err))
 				}
 			}
 		}
@@ -545,15 +555,30 @@ func (p *Plugin) decide(c *cycle, node string, labels map[string]string, skip ma
 		}
 		return nil, reason, nil
 	}
-	for i := range c.acs {
-		a, err := work.Allocate(&c.acs[i])
+	for i, ac := range c.acs {
+		// A quota is one of the things a prioritized list falls back
+		// on: a subrequest the namespace's quota cannot hold gives way
+		// to the next.
+		var accept func(*alloc.Allocation) string
+		if c.quota != nil {
+			accept = func(a *alloc.Allocation) string {
+				mem, comp := holdsAll(append(slices.Clone(r.as), a))
+				return c.quota.exceeded(c.ns, usedMem, usedComp, mem, comp)
+			}
+		}
+		a, err := ac.Allocate(work, n.devs, accept)
 		if err != nil {
 			var nf *alloc.NoFitError
-			if errors.As(err, &nf) {
+			var ce *draalloc.ChoiceError
+			switch {
+			case errors.As(err, &ce):
+				return fail(ce.Reason(node))
+			case errors.As(err, &nf):
 				return fail(nf.PerNode[node])
 			}
 			return fail(err.Error())
 		}
+		r.pref += draalloc.SubrequestScore(c.claims[c.toAlloc[i]], a)
 		r.share += newlyHeld(work, a)
 		if commit || len(c.acs) > 1 {
 			if err := work.Apply(a); err != nil {
@@ -672,13 +697,46 @@ func score(placement string, r *nodeResult) int64 {
 	return int64(float64(fwk.MaxNodeScore) * (0.7*(1-newly) + 0.3*used))
 }
 
+// preferEarlierSubrequests ranks the nodes by the subrequests of the
+// pod's prioritized lists they can give before their placement score, as
+// the stock scheduler prefers them (its DynamicResources scores a node
+// by the subrequests chosen there): the nodes giving the best choice
+// keep their placement score halved and raised by 50, the others score
+// below 50 in proportion to their choice's score. Without prioritized
+// lists the scores are left as they are.
+func preferEarlierSubrequests(scores fwk.NodeScoreList, results map[string]*nodeResult) {
+	var best int64
+	for _, s := range scores {
+		if r := results[s.Name]; r != nil {
+			best = max(best, r.pref)
+		}
+	}
+	if best == 0 {
+		return
+	}
+	for i := range scores {
+		r := results[scores[i].Name]
+		switch {
+		case r == nil:
+			scores[i].Score = 0
+		case r.pref == best:
+			scores[i].Score = fwk.MaxNodeScore/2 + scores[i].Score/2
+		default:
+			scores[i].Score = (fwk.MaxNodeScore/2 - 1) * r.pref / best
+		}
+	}
+}
+
 // ScoreExtensions implements fwk.ScorePlugin.
 func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
 
 // NormalizeScore implements fwk.ScoreExtensions (the stock plugin's for
 // its pods; gpuslice's scores are in range already).
 func (p *Plugin) NormalizeScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
-	if ours(cs) != nil {
+	if c := ours(cs); c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		preferEarlierSubrequests(scores, c.results)
 		return nil
 	}
 	if ext := p.inner().ScoreExtensions(); ext != nil {

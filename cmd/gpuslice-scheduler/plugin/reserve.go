@@ -129,8 +129,8 @@ func (p *Plugin) fitsAlone(c *cycle, node *v1.Node) (int, bool) {
 	if err != nil {
 		return 0, false
 	}
-	for i := range c.acs {
-		a, err := st.Allocate(&c.acs[i])
+	for _, ac := range c.acs {
+		a, err := ac.Allocate(st, nd, nil)
 		if err != nil {
 			return 0, false
 		}

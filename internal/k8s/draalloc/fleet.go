@@ -30,6 +30,11 @@ type NodeDevices struct {
 	Node alloc.Node
 	// Devices by device name (the names in allocation results).
 	Devices map[string]Device
+	// raw are the devices as published, by name, and order their names
+	// in the slices' order (allocationMode All matches selectors on
+	// them as the stock allocator does).
+	raw   map[string]*resourceapi.Device
+	order []string
 	// byKey finds a device name: "gpu/<uuid>", "shared/<uuid>" (or
 	// "shared/<uuid>/<tenant>" for a tenant's copy),
 	// "mig/<uuid>/<profile>@<start>".
@@ -47,7 +52,8 @@ func NodeFromSlices(node string, labels map[string]string, slices []*resourceapi
 	if cat == nil {
 		cat = catalog.Default()
 	}
-	nd := &NodeDevices{Node: alloc.Node{Name: node, Labels: labels}, Devices: map[string]Device{}, byKey: map[string]string{}}
+	nd := &NodeDevices{Node: alloc.Node{Name: node, Labels: labels}, Devices: map[string]Device{}, byKey: map[string]string{},
+		raw: map[string]*resourceapi.Device{}}
 	gen := int64(-1)
 	var mine []*resourceapi.ResourceSlice
 	for _, s := range slices {
@@ -115,6 +121,10 @@ func NodeFromSlices(node string, labels map[string]string, slices []*resourceapi
 			}
 			nd.byKey[key] = d.Name
 			nd.Devices[d.Name] = dev
+			if _, seen := nd.raw[d.Name]; !seen {
+				nd.order = append(nd.order, d.Name)
+			}
+			nd.raw[d.Name] = d
 		}
 	}
 	for _, g := range gpus {

@@ -3,6 +3,7 @@ package draalloc
 import (
 	"crypto/sha1" //nolint:gosec // a name, not a secret: share ids only need to be unique per claim and device
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -46,32 +47,79 @@ func ToResult(a *alloc.Allocation, nd *NodeDevices, rc *resourceapi.ResourceClai
 		}
 		out.Devices.Results = append(out.Devices.Results, r)
 	}
-	requests := map[string]bool{}
-	for _, r := range out.Devices.Results {
-		requests[r.Request] = true
+	out.Devices.Config = resultConfig(rc, out.Devices.Results, classes)
+	return out, nil
+}
+
+// resultConfig is the configuration of an allocation as the stock
+// allocator records it: the configs of each request's class (for a
+// prioritized list, the chosen subrequest's class) once per class,
+// naming the requests (or chosen subrequests) of that class, then the
+// claim's configs that apply (to every request, or naming an allocated
+// request or chosen subrequest); a config naming every request names
+// none (empty means all).
+func resultConfig(rc *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult, classes map[string]*resourceapi.DeviceClass) []resourceapi.DeviceAllocationConfiguration {
+	got := map[string]bool{}
+	for _, r := range results {
+		got[r.Request] = true
 	}
+	// chosen is each allocated request's name and class: the request
+	// itself, or its subrequest that was allocated.
+	type pick struct{ parent, ref, class string }
+	var chosen []pick
 	for _, r := range rc.Spec.Devices.Requests {
-		if r.Exactly == nil || !requests[r.Name] {
-			continue
+		if r.Exactly != nil && got[r.Name] {
+			chosen = append(chosen, pick{r.Name, r.Name, r.Exactly.DeviceClassName})
 		}
-		if dc := classes[r.Exactly.DeviceClassName]; dc != nil {
-			for _, cfg := range dc.Spec.Config {
-				out.Devices.Config = append(out.Devices.Config, resourceapi.DeviceAllocationConfiguration{
-					Source: resourceapi.AllocationConfigSourceClass, Requests: []string{r.Name}, DeviceConfiguration: cfg.DeviceConfiguration})
+		for _, s := range r.FirstAvailable {
+			if ref := r.Name + "/" + s.Name; got[ref] {
+				chosen = append(chosen, pick{r.Name, ref, s.DeviceClassName})
 			}
 		}
 	}
+	var out []resourceapi.DeviceAllocationConfiguration
+	byClass := map[string][2]int{}
+	for _, p := range chosen {
+		dc := classes[p.class]
+		if dc == nil {
+			continue
+		}
+		if rg, ok := byClass[p.class]; ok {
+			for i := rg[0]; i < rg[1]; i++ {
+				out[i].Requests = append(out[i].Requests, p.ref)
+			}
+			continue
+		}
+		start := len(out)
+		for _, cfg := range dc.Spec.Config {
+			out = append(out, resourceapi.DeviceAllocationConfiguration{
+				Source: resourceapi.AllocationConfigSourceClass, Requests: []string{p.ref}, DeviceConfiguration: cfg.DeviceConfiguration})
+		}
+		byClass[p.class] = [2]int{start, len(out)}
+	}
 	for _, cfg := range rc.Spec.Devices.Config {
 		applies := len(cfg.Requests) == 0
-		for _, r := range cfg.Requests {
-			applies = applies || requests[r]
+		for _, p := range chosen {
+			applies = applies || slices.Contains(cfg.Requests, p.parent) || slices.Contains(cfg.Requests, p.ref)
 		}
 		if applies {
-			out.Devices.Config = append(out.Devices.Config, resourceapi.DeviceAllocationConfiguration{
+			out = append(out, resourceapi.DeviceAllocationConfiguration{
 				Source: resourceapi.AllocationConfigSourceClaim, Requests: cfg.Requests, DeviceConfiguration: cfg.DeviceConfiguration})
 		}
 	}
-	return out, nil
+	for i := range out {
+		if len(out[i].Requests) == 0 {
+			continue
+		}
+		all := len(chosen) == len(rc.Spec.Devices.Requests)
+		for _, p := range chosen {
+			all = all && (slices.Contains(out[i].Requests, p.parent) || slices.Contains(out[i].Requests, p.ref))
+		}
+		if all {
+			out[i].Requests = nil
+		}
+	}
+	return out
 }
 
 // shareID is a UUID-shaped id unique per claim, request and device.

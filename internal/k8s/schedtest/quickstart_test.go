@@ -78,6 +78,10 @@ var quickstartSpecs = []struct {
 	{file: "gpu-test6.yaml", check: checkTest6},
 	{file: "extended-gpu-full.yaml", check: checkGPUFull},
 	{file: "extended-mig-1g-12gb.yaml", check: checkMIG1g12gb, gh200: true},
+	{file: "prioritized-list.yaml", check: checkPrioritizedList},
+	{file: "prioritized-list-nodes.yaml", check: checkPrioritizedNodes, gh200: true},
+	{file: "prioritized-list-constraint.yaml", check: checkPrioritizedConstraint},
+	{file: "allocation-mode-all.yaml", check: checkAllocationModeAll},
 }
 
 // TestNVIDIAQuickstartOnBothSchedulers applies the shape of each of
@@ -644,5 +648,101 @@ func checkMIG1g12gb(t *testing.T, r *qsRun) {
 	res := r.extendedClaim(t, "nvidia.com/mig-1g.12gb")
 	if typ, prof := r.attr(res, "type"), r.attr(res, "profile"); typ != dradriver.TypeMIG || prof != "1g.12gb" {
 		t.Errorf("device %s is %s %q, want MIG 1g.12gb", res.Device, typ, prof)
+	}
+}
+
+// prioritized-list: no 80 GB GPU on the A100-40GB nodes, so each pod's
+// claim gets its list's second subrequest: two distinct 1g.5gb devices,
+// named gpu/small in the result, on the pod's node.
+func checkPrioritizedList(t *testing.T, r *qsRun) {
+	if len(r.pods) != 2 || len(r.claims) != 2 {
+		t.Fatalf("%d pods and %d claims, want 2 and 2", len(r.pods), len(r.claims))
+	}
+	seen := map[string]bool{}
+	for _, p := range r.pods {
+		c := r.claimOf(t, p, "gpu")
+		res := c.Status.Allocation.Devices.Results
+		if len(res) != 2 {
+			t.Fatalf("claim %s: %d devices, want 2", c.Name, len(res))
+		}
+		for _, d := range res {
+			if d.Request != "gpu/small" || r.attr(d, "profile") != "1g.5gb" || d.Pool != p.Spec.NodeName {
+				t.Errorf("claim %s: %s/%s for %s (profile %q), want 1g.5gb devices for gpu/small on %s", c.Name, d.Pool, d.Device, d.Request, r.attr(d, "profile"), p.Spec.NodeName)
+			}
+			if seen[d.Pool+"/"+d.Device] {
+				t.Errorf("device %s/%s allocated twice", d.Pool, d.Device)
+			}
+			seen[d.Pool+"/"+d.Device] = true
+		}
+	}
+}
+
+// prioritized-list-nodes: both pods on the GH200 node, each with one
+// whole GH200 for gpu/large (the node where the first subrequest fits
+// scores highest on both schedulers).
+func checkPrioritizedNodes(t *testing.T, r *qsRun) {
+	res := r.wholeGPUs(t, "gpu", 2)
+	for i, d := range res {
+		if d.Request != "gpu/large" || r.attr(d, "model") != "GH200-96GB" || d.Pool != r.pods[i].Spec.NodeName {
+			t.Errorf("pod %s on %s: %s/%s (%s) for %s, want a GH200 for gpu/large", r.pods[i].Name, r.pods[i].Spec.NodeName, d.Pool, d.Device, r.attr(d, "model"), d.Request)
+		}
+	}
+}
+
+// prioritized-list-constraint: the list's first subrequest (a second
+// 4g.20gb) cannot share the first's GPU, so it is more/three: a 3g.20gb
+// on big's GPU, with the claim's config for more/three in the allocation.
+func checkPrioritizedConstraint(t *testing.T, r *qsRun) {
+	if len(r.pods) != 1 || len(r.claims) != 1 {
+		t.Fatalf("%d pods and %d claims, want 1 and 1", len(r.pods), len(r.claims))
+	}
+	c := r.claims[0]
+	got := map[string]resourceapi.DeviceRequestAllocationResult{}
+	for _, d := range c.Status.Allocation.Devices.Results {
+		got[d.Request] = d
+	}
+	big, more := got["big"], got["more/three"]
+	if len(got) != 2 || r.attr(big, "profile") != "4g.20gb" || r.attr(more, "profile") != "3g.20gb" {
+		t.Fatalf("claim %s: %+v, want big a 4g.20gb and more/three a 3g.20gb", c.Name, c.Status.Allocation.Devices.Results)
+	}
+	if r.attr(big, "parentUUID") != r.attr(more, "parentUUID") {
+		t.Errorf("claim %s: devices on GPUs %s and %s, the constraint wants one", c.Name, r.attr(big, "parentUUID"), r.attr(more, "parentUUID"))
+	}
+	cfg := c.Status.Allocation.Devices.Config
+	if len(cfg) != 1 || !slices.Equal(cfg[0].Requests, []string{"more/three"}) || cfg[0].Source != resourceapi.AllocationConfigSourceClaim {
+		t.Errorf("claim %s: config %+v, want the claim's config for more/three", c.Name, cfg)
+	}
+}
+
+// allocation-mode-all: pod whole holds every whole GPU of index 4 to 7 of
+// its node, pod migs every 1g.5gb placement (seven) of GPU 0 of its node.
+func checkAllocationModeAll(t *testing.T, r *qsRun) {
+	if len(r.pods) != 2 || len(r.claims) != 2 {
+		t.Fatalf("%d pods and %d claims, want 2 and 2", len(r.pods), len(r.claims))
+	}
+	for _, p := range r.pods {
+		entry := map[string]string{"whole": "gpus", "migs": "migs"}[p.Name]
+		c := r.claimOf(t, p, entry)
+		var got []string
+		for _, d := range c.Status.Allocation.Devices.Results {
+			if d.Request != entry || d.Pool != p.Spec.NodeName {
+				t.Errorf("claim %s: %s/%s for %s, want devices for %s on %s", c.Name, d.Pool, d.Device, d.Request, entry, p.Spec.NodeName)
+			}
+			got = append(got, r.attr(d, "type")+" "+r.attr(d, "index")+" "+r.attr(d, "profile")+" "+r.attr(d, "start"))
+		}
+		slices.Sort(got)
+		var want []string
+		if p.Name == "whole" {
+			for i := 4; i < 8; i++ {
+				want = append(want, fmt.Sprintf("gpu %d  ", i))
+			}
+		} else {
+			for s := range 7 {
+				want = append(want, fmt.Sprintf("mig 0 1g.5gb %d", s))
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("pod %s: claim %s holds %q, want %q", p.Name, c.Name, got, want)
+		}
 	}
 }

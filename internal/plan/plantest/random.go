@@ -53,56 +53,97 @@ var shapes = []nodeShape{
 // Every claim is valid for the pool it is drawn for. The same (seed,
 // maxReplicas) always gives the same spec.
 func RandomSpec(seed uint64, maxReplicas int) *model.Spec {
-	rng := rand.New(rand.NewPCG(seed, 0x51ce5eed))
+	return randomSpec(rand.New(rand.NewPCG(seed, 0x51ce5eed)), maxReplicas, 0, drawAnyPool)
+}
+
+// MIGBesideWholeSpec draws a spec as RandomSpec does, but its 2–4 pools are
+// all H100 nodes (p5.48xlarge, 8 GPUs, or a3-highgpu-2g, 2 GPUs): the
+// first with dynamic MIG, the second with MIG off (whole GPUs, plain,
+// time-sliced or MPS), the others either; so workloads pinned to a MIG
+// pool, to a whole-GPU pool, or free to take either meet. Its seeds are a
+// stream of their own (the same seed gives a different spec from
+// RandomSpec's): the planner was tuned on RandomSpec seeds 1–500, and
+// these are held out from that tuning.
+func MIGBesideWholeSpec(seed uint64, maxReplicas int) *model.Spec {
+	rng := rand.New(rand.NewPCG(seed, 0x4831303077686f6c))
+	return randomSpec(rng, maxReplicas, 2+rng.IntN(3), drawH100Pool)
+}
+
+// drawAnyPool draws RandomSpec's pool i: any node shape, MIG on (dynamic
+// or fixed) two times in three where the model has it.
+func drawAnyPool(rng *rand.Rand, i int) (model.Pool, drawn) {
+	sh := shapes[rng.IntN(len(shapes))]
+	return drawPool(rng, i, sh, func(g *catalog.GPU) bool { return g.MIG != nil && rng.IntN(3) > 0 })
+}
+
+var h100Shapes = []nodeShape{{instanceType: "p5.48xlarge"}, {instanceType: "a3-highgpu-2g"}}
+
+// drawH100Pool draws MIGBesideWholeSpec's pool i.
+func drawH100Pool(rng *rand.Rand, i int) (model.Pool, drawn) {
+	sh := h100Shapes[rng.IntN(len(h100Shapes))]
+	return drawPool(rng, i, sh, func(*catalog.GPU) bool { return i == 0 || (i > 1 && rng.IntN(2) == 0) })
+}
+
+// drawPool makes pool i of node shape sh; migOn says whether its GPUs run
+// MIG (asked only of models that have it).
+func drawPool(rng *rand.Rand, i int, sh nodeShape, migOn func(*catalog.GPU) bool) (model.Pool, drawn) {
 	cat := catalog.Default()
+	p := model.Pool{Name: fmt.Sprintf("pool%d", i), InstanceType: sh.instanceType, GPU: sh.gpu, GPUsPerNode: sh.perNode}
+	id := sh.gpu
+	if sh.instanceType != "" {
+		it, err := cat.InstanceType(sh.instanceType)
+		if err != nil {
+			panic(err) // the tables above name catalog instance types
+		}
+		id = it.GPU
+	}
+	g, err := cat.GPU(id)
+	if err != nil {
+		panic(err)
+	}
+	d := drawn{gpu: g}
+	if g.MIG != nil && migOn(g) {
+		d.mig = true
+		if rng.IntN(4) == 0 {
+			p.MIG = "fixed"
+			p.MIGLayout = fixedLayout(g, rng)
+			switch rng.IntN(3) {
+			case 0:
+				p.MIGSharing = alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 2 + rng.IntN(6)}
+			case 1:
+				p.MIGSharing = alloc.Sharing{Mode: alloc.MPS, MaxClients: 2 + rng.IntN(8)}
+			}
+		} else {
+			p.MIG = "dynamic"
+		}
+	} else {
+		switch rng.IntN(5) {
+		case 0:
+			p.Sharing = alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 2 + rng.IntN(10)}
+		case 1:
+			p.Sharing = alloc.Sharing{Mode: alloc.MPS, MaxClients: 2 + rng.IntN(20)}
+		}
+	}
+	switch k := rng.IntN(10); {
+	case k < 1:
+		p.MaxNodes = 1 + rng.IntN(6)
+	case k < 2:
+		p.Nodes = 1 + rng.IntN(4)
+	}
+	return p, d
+}
+
+// randomSpec draws the spec: np pools from draw (np 0: 1–4 of them), then
+// tenants and workloads.
+func randomSpec(rng *rand.Rand, maxReplicas, np int, draw func(*rand.Rand, int) (model.Pool, drawn)) *model.Spec {
 	maxReplicas = max(maxReplicas, 1)
 	s := &model.Spec{Policy: alloc.Policy{Placement: "binpack"}}
 	var pools []drawn
-	np := 1 + rng.IntN(4)
+	if np <= 0 {
+		np = 1 + rng.IntN(4)
+	}
 	for i := range np {
-		sh := shapes[rng.IntN(len(shapes))]
-		p := model.Pool{Name: fmt.Sprintf("pool%d", i), InstanceType: sh.instanceType, GPU: sh.gpu, GPUsPerNode: sh.perNode}
-		id := sh.gpu
-		if sh.instanceType != "" {
-			it, err := cat.InstanceType(sh.instanceType)
-			if err != nil {
-				panic(err) // the table above names catalog instance types
-			}
-			id = it.GPU
-		}
-		g, err := cat.GPU(id)
-		if err != nil {
-			panic(err)
-		}
-		d := drawn{gpu: g}
-		if g.MIG != nil && rng.IntN(3) > 0 {
-			d.mig = true
-			if rng.IntN(4) == 0 {
-				p.MIG = "fixed"
-				p.MIGLayout = fixedLayout(g, rng)
-				switch rng.IntN(3) {
-				case 0:
-					p.MIGSharing = alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 2 + rng.IntN(6)}
-				case 1:
-					p.MIGSharing = alloc.Sharing{Mode: alloc.MPS, MaxClients: 2 + rng.IntN(8)}
-				}
-			} else {
-				p.MIG = "dynamic"
-			}
-		} else {
-			switch rng.IntN(5) {
-			case 0:
-				p.Sharing = alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 2 + rng.IntN(10)}
-			case 1:
-				p.Sharing = alloc.Sharing{Mode: alloc.MPS, MaxClients: 2 + rng.IntN(20)}
-			}
-		}
-		switch k := rng.IntN(10); {
-		case k < 1:
-			p.MaxNodes = 1 + rng.IntN(6)
-		case k < 2:
-			p.Nodes = 1 + rng.IntN(4)
-		}
+		p, d := draw(rng, i)
 		pools = append(pools, d)
 		s.Pools = append(s.Pools, p)
 	}

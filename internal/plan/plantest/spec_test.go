@@ -82,3 +82,49 @@ func TestRealisticSpec(t *testing.T) {
 		}
 	}
 }
+
+// MIGBesideWholeSpec: deterministic, 2-4 pools all of H100 nodes, the
+// first with MIG, the second without; valid claims; workloads pinned to a
+// MIG pool, to a whole-GPU pool, and free, over a few seeds; and not
+// RandomSpec's spec for the same seed.
+func TestMIGBesideWholeSpec(t *testing.T) {
+	seen := map[string]bool{}
+	for seed := uint64(1); seed <= 30; seed++ {
+		s := MIGBesideWholeSpec(seed, 120)
+		if !reflect.DeepEqual(s, MIGBesideWholeSpec(seed, 120)) {
+			t.Fatalf("seed %d: not deterministic", seed)
+		}
+		if reflect.DeepEqual(s, RandomSpec(seed, 120)) {
+			t.Fatalf("seed %d: the same spec as RandomSpec's", seed)
+		}
+		if len(s.Pools) < 2 || len(s.Pools) > 4 || s.Pools[0].MIG == "" || s.Pools[1].MIG != "" {
+			t.Fatalf("seed %d: pools %+v", seed, s.Pools)
+		}
+		mig := map[string]bool{}
+		for _, p := range s.Pools {
+			if p.InstanceType != "p5.48xlarge" && p.InstanceType != "a3-highgpu-2g" {
+				t.Fatalf("seed %d: pool %s of %s, want H100 nodes", seed, p.Name, p.InstanceType)
+			}
+			mig[p.Name] = p.MIG != ""
+		}
+		for _, w := range s.Workloads {
+			c := alloc.Claim{Name: w.Name, Tenant: w.Tenant, Isolation: w.Isolation, Requests: w.Requests, Constraints: w.Constraints}
+			if err := alloc.ValidateClaim(&c); err != nil {
+				t.Fatalf("seed %d: workload %s: %v", seed, w.Name, err)
+			}
+			switch {
+			case w.Pool == "":
+				seen["free"] = true
+			case mig[w.Pool]:
+				seen["on MIG"] = true
+			default:
+				seen["on whole GPUs"] = true
+			}
+		}
+	}
+	for _, want := range []string{"free", "on MIG", "on whole GPUs"} {
+		if !seen[want] {
+			t.Errorf("no workload %s in 30 specs", want)
+		}
+	}
+}
