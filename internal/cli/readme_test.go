@@ -600,13 +600,13 @@ var readmeSteps = map[string]readmeStep{
 		skip: "needs a certificate of the user's own; TestServeMissingCertificateFails and TestServeSelfSignedTLS cover serve with TLS",
 	},
 	"./gpuslice tokens create --role agent --node gpu-1   # on the server: one token per host": {want: []string{"gs_agent_", "(agent"}},
-	"./gpuslice agent --server https://server:7777 --token gs_a_… --node gpu-1   # on that GPU host": {
+	"./gpuslice agent --server https://server:7777 --token gs_agent_… --node gpu-1   # on that GPU host": {
 		skip: "runs on a second host; TestSimulatedSecondHostOnOneMachine and the sim-1 lines below cover agents",
 	},
 	"./gpuslice serve --listen 0.0.0.0:7777 --tls-self-signed   # prints: self-signed TLS certificate ~/.local/share/gpuslice/tls-cert.pem, SHA-256 …": {
 		skip: "a second server on the same data directory; TestServeSelfSignedTLS runs it",
 	},
-	"./gpuslice agent --server https://server:7777 --ca tls-cert.pem --token gs_a_… --node gpu-1": {
+	"./gpuslice agent --server https://server:7777 --ca tls-cert.pem --token gs_agent_… --node gpu-1": {
 		skip: "runs on a second host against a TLS server; TestServeSelfSignedTLS covers --ca",
 	},
 	"./gpuslice nodes ls --server https://server:7777 --ca tls-cert.pem --token gs_…": {
@@ -628,7 +628,7 @@ var readmeSteps = map[string]readmeStep{
 			return nil
 		},
 	},
-	"./gpuslice agent --token gs_a_… --simulate l4x4 --node sim-1": {
+	"./gpuslice agent --token gs_agent_… --simulate l4x4 --node sim-1": {
 		background: true,
 		rewrite: func(w *walk, cmd string) string {
 			if w.agentToken == "" {
