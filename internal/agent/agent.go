@@ -24,7 +24,10 @@ import (
 
 // Config configures an Agent.
 type Config struct {
-	Name     string
+	Name string
+	// Host is the machine the agent runs on, reported at registration
+	// (gpuslice run starts a claim's command only on its node's host).
+	Host     string
 	Client   *client.Client
 	Device   gpu.Device
 	Log      *slog.Logger
@@ -139,7 +142,7 @@ func (a *Agent) Register(ctx context.Context) error {
 		return err
 	}
 	info := a.cfg.Device.Info()
-	req := server.RegisterRequest{Inventory: inv, Simulated: info.Simulated, Driver: info.DriverVersion}
+	req := server.RegisterRequest{Inventory: inv, Simulated: info.Simulated, Driver: info.DriverVersion, Host: a.cfg.Host}
 	if err := a.cfg.Client.Do(ctx, http.MethodPut, "/v1/nodes/"+a.cfg.Name, req, nil); err != nil {
 		return fmt.Errorf("registering node %s: %w", a.cfg.Name, err)
 	}

@@ -42,19 +42,39 @@ func (s *State) allocate(c *Claim, extra room, explain bool) (*Allocation, error
 		return nil, fmt.Errorf("claim %s is already allocated", c.Name)
 	}
 	iso := orTenant(c.Isolation)
-	a := &Allocation{Claim: c.Name, Tenant: c.Tenant, Isolation: iso}
-	p := placer{s: s, c: c, iso: iso, groups: constraintGroups(c), explain: explain}
 	steps := decisionOrder(c, iso)
-	if len(steps) == 1 {
-		p.room = extra
+	try := func(wholeOnly, explain bool) (*Allocation, error) {
+		a := &Allocation{Claim: c.Name, Tenant: c.Tenant, Isolation: iso}
+		p := placer{s: s, c: c, iso: iso, groups: constraintGroups(c), explain: explain, wholeOnly: wholeOnly}
+		if len(steps) == 1 {
+			p.room = extra
+		}
+		var taken map[int]bool
+		if len(steps) > 1 {
+			taken = map[int]bool{}
+		}
+		if err := p.place(steps, a, taken); err != nil {
+			return nil, err
+		}
+		return a, nil
 	}
-	var taken map[int]bool
-	if len(steps) > 1 {
-		taken = map[int]bool{}
+	// Whole GPUs first (see wholeFirst); MIG instances only when no whole
+	// GPU can take the claim.
+	whole := s.wholeFirst(c, iso)
+	var a *Allocation
+	var err error
+	if whole {
+		a, err = try(true, false)
 	}
-	if err := p.place(steps, a, taken); err != nil {
-		return nil, err
+	if !whole || err != nil {
+		if err != nil && !IsNoFit(err) {
+			return nil, err
+		}
+		if a, err = try(false, explain); err != nil {
+			return nil, err
+		}
 	}
+	a.Notes = s.landingNotes(c, iso, a, whole)
 	if len(a.Devices) > 1 { // report devices in the claim's request order
 		rank := map[string]int{}
 		for i, r := range c.Requests {
@@ -113,7 +133,10 @@ type placer struct {
 	iso     Isolation
 	groups  map[string][]Constraint
 	explain bool // build a NoFitError (costly) on failure
-	room    room // asked of a new device beyond the request (single-device claims)
+	// wholeOnly keeps the devices of requests that did not ask for MIG
+	// on whole GPUs (wholeFirst's first pass).
+	wholeOnly bool
+	room      room // asked of a new device beyond the request (single-device claims)
 	// tries counts the candidates a constrained search applied (shared by
 	// the nested searches of one claim), bounded by maxTries.
 	tries *int
@@ -140,7 +163,8 @@ func (p *placer) place(steps []step, a *Allocation, taken map[int]bool) error {
 		}
 	}()
 	for i, st := range steps {
-		n := &need{claim: p.c, req: st.r, iso: p.iso, choices: st.d.choices, taken: taken, onNode: -1, onGPU: -1, room: p.room}
+		n := &need{claim: p.c, req: st.r, iso: p.iso, choices: st.d.choices, taken: taken, onNode: -1, onGPU: -1, room: p.room,
+			wholeOnly: p.wholeOnly && !asksForMIG(st.r, p.iso)}
 		if a.hasMPS() {
 			n.choices = withoutMode(n.choices, MPS)
 		}
@@ -396,7 +420,7 @@ func (p *placer) memoFor(cons []Constraint, rest []step, a *Allocation, perGPU b
 			}
 		}
 	}
-	shape := fmt.Sprintf("%t\x00%s\x00%s\x00%v\x00%v", perGPU, tenant, p.iso, p.c.Requests, p.c.Constraints)
+	shape := fmt.Sprintf("%t\x00%t\x00%s\x00%s\x00%v\x00%v", perGPU, p.wholeOnly, tenant, p.iso, p.c.Requests, p.c.Constraints)
 	m := p.s.memos[shape]
 	if m == nil {
 		if p.s.memos == nil || len(p.s.memos) >= maxMemos {

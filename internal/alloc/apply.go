@@ -189,11 +189,13 @@ func (s *State) change(gi int, ch Change) (func(), error) {
 		whole, dyn := g.whole, g.dynamic
 		s.devs[whole].alive = false
 		g.whole, g.migOn, g.dynamic = -1, true, true
+		s.migOn++
 		s.byUUID[g.spec.UUID] = -1 - gi
 		return func() {
 			g := &s.gpus[gi]
 			s.devs[whole].alive = true
 			g.whole, g.migOn, g.dynamic = whole, false, dyn
+			s.migOn--
 			s.byUUID[g.spec.UUID] = whole
 		}, nil
 	case DisableMIG:
@@ -207,11 +209,13 @@ func (s *State) change(gi int, ch Change) (func(), error) {
 		di := s.addDevice(devState{gpu: gi, alive: true, id: g.spec.UUID, memMiB: g.model.MemoryMiB, compute: 100, sharing: sh, dynamic: true})
 		g = &s.gpus[gi]
 		g.whole, g.migOn = di, false
+		s.migOn--
 		s.byUUID[g.spec.UUID] = di
 		return func() {
 			g := &s.gpus[gi]
 			s.dropDevice(di)
 			g.whole, g.migOn = -1, true
+			s.migOn++
 			s.byUUID[g.spec.UUID] = -1 - gi
 		}, nil
 	case ConfigureShare:

@@ -109,6 +109,9 @@ type need struct {
 	allStarts bool
 	// alts collects the other starts of a mode switch when allStarts.
 	alts []cand
+	// wholeOnly rules out MIG instances (and mode switches): the first
+	// pass of a claim that did not ask for MIG (see wholeFirst).
+	wholeOnly bool
 }
 
 // offLimits reports whether the constraints keep the device off GPU gi on
@@ -148,6 +151,7 @@ const (
 	rConstraint
 	rSelector
 	rMode
+	rMIGOff
 	rProfile
 	rIsolation
 	rMemory
@@ -165,6 +169,7 @@ var reasonText = map[reason]string{
 	rConstraint:    "constraint not met",
 	rSelector:      "selector mismatch",
 	rMode:          "sharing mode mismatch",
+	rMIGOff:        "MIG off on its GPUs",
 	rProfile:       "no matching MIG profile",
 	rIsolation:     "tenant isolation",
 	rMemory:        "insufficient GPU memory",
@@ -278,13 +283,18 @@ func tenancyAllows(d *devState, tenant string, iso Isolation) bool {
 func (s *State) tryJoin(n *need, di int, ch choice, rank int) (cand, reason) {
 	d := &s.devs[di]
 	g := &s.gpus[d.gpu]
-	if !d.alive || d.idle() {
+	if !d.alive || d.idle() || (n.wholeOnly && d.isMIG) {
 		return cand{}, rMode
 	}
 	if r := s.gate(n, di); r != rOK {
 		return cand{}, r
 	}
 	switch {
+	case d.mode != TimeSlice && d.mode != MPS:
+		if n.req.Profile != "" && (g.geo == nil || !hasProfile(g, n.req.Profile)) {
+			return cand{}, rProfile // never, held or not
+		}
+		return cand{}, rBusy // held whole by a claim: nothing to share
 	case d.mode != ch.mode || (ch.mode != TimeSlice && ch.mode != MPS) || (ch.inMIG && !d.isMIG):
 		return cand{}, rMode
 	case n.req.Profile != "" && (!d.isMIG || !sameProfile(g, d.profile, n.req.Profile)):
@@ -333,6 +343,11 @@ func slotLimit(sh Sharing) int {
 	return 1
 }
 
+func hasProfile(g *gpuState, name string) bool {
+	_, ok := g.geo.Lookup(name)
+	return ok
+}
+
 func sameProfile(g *gpuState, p int, name string) bool {
 	q, ok := g.geo.Lookup(name)
 	return ok && q == p
@@ -342,7 +357,7 @@ func sameProfile(g *gpuState, p int, name string) bool {
 func (s *State) tryOpen(n *need, di int, ch choice, rank int) (cand, reason) {
 	d := &s.devs[di]
 	g := &s.gpus[d.gpu]
-	if !d.alive || !d.idle() {
+	if !d.alive || !d.idle() || (n.wholeOnly && d.isMIG) {
 		return cand{}, rMode
 	}
 	if r := s.gate(n, di); r != rOK {
@@ -450,7 +465,7 @@ func (s *State) tryCreate(n *need, gi, p int, ch choice, rank int) (cand, reason
 		return cand{}, rUnhealthy
 	case n.offLimits(gi, g.node):
 		return cand{}, rConstraint
-	case !g.migOn || !g.dynamic:
+	case !g.migOn || !g.dynamic || n.wholeOnly:
 		return cand{}, rMode
 	case ch.mode == Exclusive && !ch.inMIG:
 		return cand{}, rMode
@@ -540,7 +555,7 @@ func (s *State) tryEvict(n *need, gi, p int, ch choice, rank int) (cand, reason)
 func (s *State) trySwitch(n *need, gi int, ch choice, rank int) (cand, reason) {
 	g := &s.gpus[gi]
 	switch {
-	case !s.policy.AllowModeSwitch || g.geo == nil:
+	case !s.policy.AllowModeSwitch || g.geo == nil || n.wholeOnly:
 		return cand{}, rNone // not an option here: says nothing about the node
 	case s.nodes[g.node].node.Unschedulable:
 		return cand{}, rUnschedulable

@@ -29,7 +29,8 @@ func (p *placer) search(steps []step, a *Allocation, taken map[int]bool) error {
 	}
 	s := p.s
 	st := steps[0]
-	n := &need{claim: p.c, req: st.r, iso: p.iso, choices: st.d.choices, taken: taken, onNode: -1, onGPU: -1, room: p.room}
+	n := &need{claim: p.c, req: st.r, iso: p.iso, choices: st.d.choices, taken: taken, onNode: -1, onGPU: -1, room: p.room,
+		wholeOnly: p.wholeOnly && !asksForMIG(st.r, p.iso)}
 	if a.hasMPS() {
 		n.choices = withoutMode(n.choices, MPS)
 	}

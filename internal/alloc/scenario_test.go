@@ -191,6 +191,9 @@ func writeAllocation(w *strings.Builder, a *Allocation) {
 	for _, why := range a.Why {
 		fmt.Fprintf(w, "why: %s\n", why)
 	}
+	for _, note := range a.Notes {
+		fmt.Fprintf(w, "note: %s\n", note)
+	}
 }
 
 func sharingText(s Sharing) string {

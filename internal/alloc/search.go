@@ -291,6 +291,17 @@ func (s *State) gpuCandidatesWhy(n *need, gi int, ch choice, rank int, k kind) (
 				note(s.tryOpen(n, di, ch, rank))
 			}
 		}
+		if n.req.Profile != "" {
+			// A profile the model does not have, whatever its MIG state.
+			if g.geo == nil {
+				far = max(far, rProfile)
+			} else if _, ok := g.geo.Lookup(n.req.Profile); !ok {
+				far = max(far, rProfile)
+			}
+		}
+		if (ch.inMIG || ch.mode == MIG) && g.geo != nil && !g.migOn && !s.policy.AllowModeSwitch {
+			far = max(far, rMIGOff) // MIG is off, and the allocator may not turn it on
+		}
 		if g.geo != nil && g.migOn && g.dynamic && !(ch.mode == Exclusive && !ch.inMIG) {
 			ps, r := s.profilesFor(n, gi)
 			if r != rOK {

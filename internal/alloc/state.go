@@ -37,6 +37,9 @@ type State struct {
 	pipes map[string]string
 	// occBuf is bestOpen's scratch list of occupancy classes.
 	occBuf []occEntry
+	// migOn counts the GPUs with MIG on: with some on and some off, a
+	// shared claim may land either way (see wholeFirst).
+	migOn int
 }
 
 type nodeState struct {
@@ -259,6 +262,9 @@ func (s *State) dropLastNode() {
 		}
 		delete(s.byUUID, g.spec.UUID)
 		delete(s.gpuIdx, g.spec.UUID)
+		if g.migOn {
+			s.migOn--
+		}
 	}
 	devs, gpus := len(s.devs), len(s.gpus)
 	for _, gi := range nd.gpus {
@@ -323,6 +329,9 @@ func (s *State) addGPU(ni int, g *GPU) error {
 	s.gpuIdx[g.UUID] = gi
 	s.nodes[ni].gpus = append(s.nodes[ni].gpus, gi)
 	s.gpus = append(s.gpus, gs)
+	if g.MIGEnabled {
+		s.migOn++
+	}
 	if !g.MIGEnabled {
 		s.gpus[gi].whole = s.addDevice(devState{gpu: gi, alive: true, id: g.UUID,
 			memMiB: model.MemoryMiB, compute: 100, sharing: g.Sharing, dynamic: g.Sharing.Mode == Dynamic})

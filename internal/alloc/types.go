@@ -81,6 +81,12 @@ type Policy struct {
 	// instance are scaled down by its share of compute slices).
 	DefaultReplicas   int `json:"defaultReplicas,omitempty"`
 	DefaultMaxClients int `json:"defaultMaxClients,omitempty"`
+	// PreferMIG lets a time-sliced, MPS or auto claim that names no MIG
+	// profile go into a MIG instance (which holds less of a GPU) while a
+	// whole GPU could still take it. Off (the default), such a claim gets
+	// a whole GPU whenever one can take it, and a MIG instance only when
+	// none can; its allocation's Notes then say so (see wholeFirst).
+	PreferMIG bool `json:"preferMIG,omitempty"`
 }
 
 // Node is one machine.
@@ -180,6 +186,10 @@ type Allocation struct {
 	// Why explains each decision: the auto-mode choice and the candidate
 	// taken for every device.
 	Why []string `json:"why,omitempty"`
+	// Notes say, one line each, where the claim landed differently from
+	// what it asked for: a MIG instance for a claim that named none, an
+	// MPS percentage relative to an instance (see landingNotes).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Assigned is one device given to a claim.

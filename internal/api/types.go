@@ -151,6 +151,9 @@ type Node struct {
 	Inventory     alloc.Node `json:"inventory"`
 	// Driver is the NVIDIA driver version, or "simulated".
 	Driver string `json:"driver,omitempty"`
+	// Host is the machine its agent runs on, as the agent reports it
+	// (empty from older agents): gpuslice run starts CMD only there.
+	Host string `json:"host,omitempty"`
 	// Agent is the id of the agent token the node is bound to: only that
 	// credential (or an admin) may register it again, heartbeat for it or
 	// read its claims.

@@ -143,9 +143,9 @@ func Decide(p Policy, metric Metric, cur Current, window []Sample, now time.Time
 				d.Reason = fmt.Sprintf("%s %.0f%% above %.0f%% for %s or more, but at maxReplicas %d", metric, last, p.UpThreshold, p.UpAfter, p.MaxReplicas)
 				return d
 			}
-			return set(Up, cur.Replicas+1, "%s above %.0f%% for %s (mean %.0f%%, last %.0f%%)", metric, p.UpThreshold, held, mean, last)
+			return set(Up, cur.Replicas+1, "%s above %.0f%% for %s (mean %.0f%%, last %.0f%%)", metric, p.UpThreshold, Human(held), mean, last)
 		}
-		d.Reason = fmt.Sprintf("%s above %.0f%% for %s of %s", metric, p.UpThreshold, held, p.UpAfter)
+		d.Reason = fmt.Sprintf("%s above %.0f%% for %s of %s", metric, p.UpThreshold, Human(held), p.UpAfter)
 		return d
 	}
 	// Auto-stop: no request at all for the down period.
@@ -153,9 +153,9 @@ func Decide(p Policy, metric Metric, cur Current, window []Sample, now time.Time
 		if start, _, _, ok := run(recent, func(s Sample) bool { return s.Requests == 0 && s.InFlight == 0 && s.Waiting == 0 && !s.Starting }); ok {
 			held := now.Sub(start)
 			if held >= p.DownAfter {
-				return set(Stop, 0, "no request for %s (auto-stop)", held)
+				return set(Stop, 0, "no request for %s (auto-stop)", Human(held))
 			}
-			d.Reason = fmt.Sprintf("no request for %s of %s before auto-stop", held, p.DownAfter)
+			d.Reason = fmt.Sprintf("no request for %s of %s before auto-stop", Human(held), p.DownAfter)
 		}
 	}
 	// Idle: the trailing run of samples below the idle threshold.
@@ -168,9 +168,9 @@ func Decide(p Policy, metric Metric, cur Current, window []Sample, now time.Time
 			return d
 		}
 		if held >= p.DownAfter {
-			return set(Down, cur.Replicas-1, "%s below %.0f%% for %s (mean %.0f%%, last %.0f%%)", metric, p.IdleThreshold, held, mean, last)
+			return set(Down, cur.Replicas-1, "%s below %.0f%% for %s (mean %.0f%%, last %.0f%%)", metric, p.IdleThreshold, Human(held), mean, last)
 		}
-		d.Reason = fmt.Sprintf("%s below %.0f%% for %s of %s", metric, p.IdleThreshold, held, p.DownAfter)
+		d.Reason = fmt.Sprintf("%s below %.0f%% for %s of %s", metric, p.IdleThreshold, Human(held), p.DownAfter)
 		return d
 	}
 	if d.Reason == "" {
@@ -231,4 +231,14 @@ func Trim(p Policy, window []Sample, now time.Time) []Sample {
 		}
 	}
 	return out
+}
+
+// Human rounds a measured duration for a reason people read: whole
+// seconds from a second up ("2m5s", not "2m5.053434914s"), milliseconds
+// below.
+func Human(d time.Duration) time.Duration {
+	if d >= time.Second || d <= -time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
 }

@@ -40,9 +40,9 @@ func DecideZero(p Policy, cur Current, window []Sample, now time.Time) Decision 
 		return d
 	}
 	if held := now.Sub(start); held >= p.DownAfter {
-		d.Action, d.To, d.Reason = Stop, 0, fmt.Sprintf("no request for %s (auto-stop)", held)
+		d.Action, d.To, d.Reason = Stop, 0, fmt.Sprintf("no request for %s (auto-stop)", Human(held))
 	} else {
-		d.Reason = fmt.Sprintf("no request for %s of %s before auto-stop", held, p.DownAfter)
+		d.Reason = fmt.Sprintf("no request for %s of %s before auto-stop", Human(held), p.DownAfter)
 	}
 	return d
 }

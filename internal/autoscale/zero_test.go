@@ -1,6 +1,7 @@
 package autoscale
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -47,5 +48,20 @@ func TestDecideZero(t *testing.T) {
 	p.AutoStop = false
 	if d := DecideZero(p, Current{Replicas: 4, Since: t0}, idle, t0.Add(3*time.Minute)); d.Action != Hold {
 		t.Fatalf("auto-stop off: %v", d)
+	}
+}
+
+// Reasons give measured durations rounded for people: "2m5s", never
+// "2m5.053434914s".
+func TestReasonDurationsAreRounded(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	p := Policy{MinReplicas: 1, MaxReplicas: 5, DownAfter: 10 * time.Minute, AutoStop: true}
+	start := t0.Add(53434914 * time.Nanosecond)
+	d := DecideZero(p, Current{Replicas: 1, Since: t0}, []Sample{{Time: start}}, start.Add(2*time.Minute+5*time.Second+53434914*time.Nanosecond))
+	if !strings.Contains(d.Reason, "no request for 2m5s of 10m0s") {
+		t.Fatalf("reason %q", d.Reason)
+	}
+	if got := Human(1500 * time.Microsecond); got != 2*time.Millisecond {
+		t.Fatalf("Human(1.5ms) = %s", got)
 	}
 }

@@ -36,7 +36,7 @@ func catalogGPUsCmd(e *env) *cobra.Command {
 				if g.MIG != nil {
 					migText = fmt.Sprintf("%d instances", g.MIG.MaxInstances)
 				}
-				t.add(g.ID, g.Name, g.Arch, g.ComputeCapability, mib(g.MemoryMiB), orDash(g.SMs), migText, g.Confidence)
+				t.add(g.ID, g.Name, g.Arch, g.ComputeCapability, mib(g.MemoryMiB), orDash(g.SMs), migText, confidenceText(&g))
 			}
 			t.notes = append(t.notes, confidenceLegend...)
 			return e.render(t, gpus)
@@ -44,10 +44,29 @@ func catalogGPUsCmd(e *env) *cobra.Command {
 	}
 }
 
+// confidenceText is a model's CONFIDENCE column: its MIG facts (profile
+// ids and placements, what gpuslice acts on, as catalog profiles shows
+// them) and its spec figures (SMs, TFLOPS, bandwidth, TDP, memory: the
+// weakest of them) each with their own label — one label for both would
+// call the A100's verified MIG table unconfirmed, or its datasheet
+// figures verified.
+func confidenceText(g *catalog.GPU) string {
+	specs := "specs " + string(g.Confidence)
+	if g.MIG == nil {
+		return specs
+	}
+	m := g.MIG
+	if m.ProfileIDConfidence == m.PlacementConfidence {
+		return fmt.Sprintf("MIG %s, %s", m.PlacementConfidence, specs)
+	}
+	return fmt.Sprintf("MIG ids %s, placements %s, %s", m.ProfileIDConfidence, m.PlacementConfidence, specs)
+}
+
 // confidenceLegend says what each confidence label means (see
 // internal/catalog's package documentation).
 var confidenceLegend = []string{
-	"CONFIDENCE says how far a model's facts are checked:",
+	"CONFIDENCE says how far a model's facts are checked: its MIG facts (profile ids and placements, as",
+	"catalog profiles MODEL shows them) and its spec figures (the weakest of SMs, TFLOPS, bandwidth, TDP, memory):",
 	"  verified     from a primary source: an NVIDIA document, NVIDIA source code or real nvidia-smi output",
 	"  inferred     derived from verified facts about a sister part (e.g. H200 placements from H100)",
 	"  unconfirmed  a datasheet value not yet checked against a primary source",

@@ -62,7 +62,7 @@ allocation, decides as Kubernetes does.`,
 			if err != nil {
 				return fmt.Errorf("--tenants: %w", err)
 			}
-			dev, _, err := openDeviceFor(simulate, node, slog.New(slog.NewTextHandler(e.errOut, nil)))
+			dev, _, err := openDeviceFor(simulate, node, true, slog.New(slog.NewTextHandler(e.errOut, nil)))
 			if err != nil {
 				return err
 			}

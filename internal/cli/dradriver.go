@@ -115,7 +115,7 @@ outside the process by writing requests to <state-dir>/` + FaultDirName + ` ("gp
 			if err != nil {
 				return err
 			}
-			dev, why, err := openDeviceFor(simulate, node, log, filepath.Join(stateDir, "simulated-gpus.json"))
+			dev, why, err := openDeviceFor(simulate, node, true, log, filepath.Join(stateDir, "simulated-gpus.json"))
 			if err != nil {
 				return err
 			}

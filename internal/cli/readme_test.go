@@ -312,7 +312,7 @@ func goEnv(t *testing.T, name string) string {
 var (
 	gpuUUID  = regexp.MustCompile(`(?m)^GPU-[0-9a-f-]{36}$`)
 	migUUID  = regexp.MustCompile(`(?m)^MIG-[0-9a-f-]{36}$`)
-	agentTok = regexp.MustCompile(`gs_a_[0-9a-f]+`)
+	agentTok = regexp.MustCompile(`gs_agent_[0-9a-f]+`)
 )
 
 // serveUpAt says whether serve answers /healthz.
@@ -427,13 +427,21 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice usage                                #   process: usage shows GPU- and MiB-seconds, and": {
 		want: []string{"GPU-SECONDS", "MIB-SECONDS", "SM-SECONDS", "default"},
 		check: func(_ *walk, out string) error {
-			// The default tenant ran claims for more than ten seconds.
+			// The default tenant ran claims for more than ten seconds,
+			// billed per agent heartbeat (2 s under serve): the interval a
+			// claim ends in may go unbilled. `run --memory 8GiB` shares a
+			// whole GPU (a claim that names no MIG profile gets one while
+			// one is free), where NVML samples its process's SMs: the
+			// SM-seconds are not 0, as they were in a MIG instance.
 			for _, l := range strings.Split(out, "\n") {
 				f := strings.Fields(l)
 				if len(f) >= 7 && f[0] == "default" {
-					var gpuSeconds float64
-					if _, err := fmt.Sscan(f[4], &gpuSeconds); err != nil || gpuSeconds < 10 {
-						return fmt.Errorf("GPU-seconds %q, want at least 10 after `sleep 10`", f[4])
+					var gpuSeconds, smSeconds float64
+					if _, err := fmt.Sscan(f[4], &gpuSeconds); err != nil || gpuSeconds < 8 {
+						return fmt.Errorf("GPU-seconds %q, want at least 8 after `sleep 10`", f[4])
+					}
+					if _, err := fmt.Sscan(f[5], &smSeconds); err != nil || smSeconds <= 0 {
+						return fmt.Errorf("SM-seconds %q, want some: the 8GiB claim runs on a whole GPU", f[5])
 					}
 					return nil
 				}
@@ -592,14 +600,14 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice serve --listen 0.0.0.0:7777 --tls-cert cert.pem --tls-key key.pem": {
 		skip: "needs a certificate of the user's own; TestServeMissingCertificateFails and TestServeSelfSignedTLS cover serve with TLS",
 	},
-	"./gpuslice tokens create --role agent --node gpu-1   # on the server: one token per host": {want: []string{"gs_a_", "(agent"}},
-	"./gpuslice agent --server https://server:7777 --token gs_a_… --node gpu-1   # on that GPU host": {
+	"./gpuslice tokens create --role agent --node gpu-1   # on the server: one token per host": {want: []string{"gs_agent_", "(agent"}},
+	"./gpuslice agent --server https://server:7777 --token gs_agent_… --node gpu-1   # on that GPU host": {
 		skip: "runs on a second host; TestSimulatedSecondHostOnOneMachine and the sim-1 lines below cover agents",
 	},
 	"./gpuslice serve --listen 0.0.0.0:7777 --tls-self-signed   # prints: self-signed TLS certificate ~/.local/share/gpuslice/tls-cert.pem, SHA-256 …": {
 		skip: "a second server on the same data directory; TestServeSelfSignedTLS runs it",
 	},
-	"./gpuslice agent --server https://server:7777 --ca tls-cert.pem --token gs_a_… --node gpu-1": {
+	"./gpuslice agent --server https://server:7777 --ca tls-cert.pem --token gs_agent_… --node gpu-1": {
 		skip: "runs on a second host against a TLS server; TestServeSelfSignedTLS covers --ca",
 	},
 	"./gpuslice nodes ls --server https://server:7777 --ca tls-cert.pem --token gs_…": {
@@ -615,19 +623,19 @@ var readmeSteps = map[string]readmeStep{
 		skip: "needs a Kubernetes cluster; internal/k8s/schedtest's TestNamespaceQuota sets these annotations on a real kube-apiserver",
 	},
 	"./gpuslice tokens create --role agent --node sim-1": {
-		want: []string{"gs_a_"},
+		want: []string{"gs_agent_"},
 		check: func(w *walk, out string) error {
 			w.agentToken = agentTok.FindString(out)
 			return nil
 		},
 	},
-	"./gpuslice agent --token gs_a_… --simulate l4x4 --node sim-1": {
+	"./gpuslice agent --token gs_agent_… --simulate l4x4 --node sim-1": {
 		background: true,
 		rewrite: func(w *walk, cmd string) string {
 			if w.agentToken == "" {
 				w.t.Fatal("no agent token from the line before")
 			}
-			return strings.Replace(cmd, "gs_a_…", w.agentToken, 1)
+			return strings.Replace(strings.Replace(cmd, "gs_a_…", w.agentToken, 1), "gs_agent_…", w.agentToken, 1)
 		},
 		ready: func(w *walk) error {
 			rows, err := nodeRows(w)

@@ -34,9 +34,10 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code
 
 func runCmd(e *env, c *conn) *cobra.Command {
 	var memory, mode, profile, isolation, tenant, node, workload, policy, faultPolicy string
-	var compute, priority int
+	var compute, priority, gpus int
 	var timeout, leaseFor time.Duration
-	var waitForNodes bool
+	var waitForNodes, sameGPU bool
+	var devices []string
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Claim a GPU slice, run a command with it, release it when the command exits",
@@ -59,12 +60,54 @@ released and run fails.`,
 					return fmt.Errorf("--memory: %w", err)
 				}
 			}
+			if gpus < 1 || gpus > alloc.MaxDevicesPerClaim {
+				return fmt.Errorf("--gpus %d: want 1..%d", gpus, alloc.MaxDevicesPerClaim)
+			}
 			cs := api.ClaimSpec{Priority: priority, Isolation: alloc.Isolation(isolation), Requests: []alloc.Request{req}, MemoryPolicy: policy, FaultPolicy: faultPolicy}
+			if len(devices) > 0 {
+				// Devices of different shapes (a 4g.20gb and a 3g.20gb):
+				// one request each.
+				for _, f := range []string{"memory", "compute", "mode", "profile", "workload", "gpus"} {
+					if cmd.Flags().Changed(f) {
+						return fmt.Errorf("--%s: with --device, give it inside each --device (e.g. --device profile=3g.20gb,mode=mig)", f)
+					}
+				}
+				cs.Requests = nil
+				for i, d := range devices {
+					r, err := parseDevice(d, i)
+					if err != nil {
+						return fmt.Errorf("--device %q: %w", d, err)
+					}
+					cs.Requests = append(cs.Requests, r)
+				}
+				gpus = len(devices)
+				if gpus > alloc.MaxDevicesPerClaim {
+					return fmt.Errorf("--device given %d times: at most %d devices", gpus, alloc.MaxDevicesPerClaim)
+				}
+			}
+			if sameGPU && gpus < 2 {
+				return fmt.Errorf("--same-gpu: needs --gpus 2 or more, or two --device (one device is always on one GPU)")
+			}
+			if gpus > 1 {
+				// CMD runs on one host: every device on one node, and with
+				// --same-gpu on one physical GPU (MIG instances or shares
+				// of it).
+				if len(devices) == 0 {
+					cs.Requests[0].Count = gpus
+				}
+				cs.Constraints = []alloc.Constraint{{Match: "node"}}
+				if sameGPU {
+					cs.Constraints = []alloc.Constraint{{Match: "gpu"}}
+				}
+			}
 			if node == "" {
 				// Run here when this host is a node of the server.
 				if err := cl.Do(cmd.Context(), http.MethodGet, "/v1/nodes/"+url.PathEscape(hostName()), nil, nil); err == nil {
 					node = hostName()
 				}
+			} else if err := runsHere(cmd.Context(), cl, node); err != nil {
+				// CMD would run here with another machine's GPU ids.
+				return err
 			}
 			cs.Node = node
 			cs.WaitForNodes = waitForNodes
@@ -147,8 +190,12 @@ released and run fails.`,
 				if _, err := cl.Release(rc, id); err != nil {
 					var ce *client.Error
 					if errors.As(err, &ce) && ce.Status == http.StatusConflict && ce.State == api.Failed {
-						// Its GPU failed under it: over already, nothing to give back.
-						fmt.Fprintf(e.errOut, "gpuslice: claim %s had failed: %s\n", id, ce.Message)
+						// Its GPU failed under it (or its node was removed):
+						// over already, nothing to give back; said already
+						// when the lease found it over.
+						if _, said := lostClaim.Load().(error); !said {
+							fmt.Fprintf(e.errOut, "gpuslice: claim %s had failed: %s\n", id, ce.Message)
+						}
 						return
 					}
 					fmt.Fprintf(e.errOut, "gpuslice: releasing %s: %v\n", id, err)
@@ -159,7 +206,11 @@ released and run fails.`,
 			go func() {
 				if err, ok := <-lost; ok {
 					lostClaim.Store(err)
-					fmt.Fprintf(e.errOut, "gpuslice: claim %s is over (%v): stopping\n", id, err)
+					why := err.Error()
+					if ce := (*client.Error)(nil); errors.As(err, &ce) && ce.Message != "" {
+						why = ce.Message
+					}
+					fmt.Fprintf(e.errOut, "gpuslice: %s is over: %s; stopping CMD (SIGTERM, then SIGKILL after 10s)\n", id, why)
 					cancel()
 				}
 			}()
@@ -228,8 +279,15 @@ released and run fails.`,
 				return interrupted(id)
 			}
 			a := claim.Allocation
-			if n := a.Devices[0].Node; n != hostName() && node == "" {
-				return fmt.Errorf("claim %s was placed on node %s, not this host (%s): run there, or pass --node", claim.ID, n, hostName())
+			checked := map[string]bool{node: node != ""} // --node was checked before the claim was made
+			for _, d := range a.Devices {
+				if checked[d.Node] {
+					continue
+				}
+				checked[d.Node] = true
+				if err := runsHere(ctx, cl, d.Node); err != nil {
+					return fmt.Errorf("claim %s was placed on node %s: %w; released it", claim.ID, d.Node, err)
+				}
 			}
 			// Only what valid device ids and pipe directories produce
 			// reaches CMD (or the terminal): no newline, NUL or shell
@@ -238,6 +296,9 @@ released and run fails.`,
 				return fmt.Errorf("claim %s: refusing to start %s with this environment: %w", claim.ID, args[0], err)
 			}
 			fmt.Fprintf(e.errOut, "gpuslice: %s allocated: %s\n", claim.ID, devicesText(claim))
+			for _, note := range a.Notes {
+				fmt.Fprintf(e.errOut, "gpuslice: %s note: %s\n", claim.ID, note)
+			}
 			child := exec.Command(args[0], args[1:]...)
 			child.Stdin, child.Stdout, child.Stderr = os.Stdin, e.out, e.errOut
 			child.Env = os.Environ()
@@ -298,7 +359,10 @@ released and run fails.`,
 	f.StringVar(&isolation, "isolation", "", "none, tenant (default) or hardware")
 	f.StringVar(&workload, "workload", "", "inference, interactive, batch or training (guides auto)")
 	f.StringVar(&tenant, "tenant", "default", "the tenant to claim for (admin tokens; a tenant token claims for its own when this is not given)")
-	f.StringVar(&node, "node", "", "run on this node (default: this host when it is a node)")
+	f.StringVar(&node, "node", "", "claim on this node, which must be this host's (default: this host when it is a node); CMD runs here, so a node of another host is refused")
+	f.IntVar(&gpus, "gpus", 1, "how many devices, each with --memory, --compute, --mode and --profile, all on one node (CUDA_VISIBLE_DEVICES lists them all)")
+	f.BoolVar(&sameGPU, "same-gpu", false, "with --gpus or several --device: all the devices on one physical GPU (MIG instances or shares of it)")
+	f.StringArrayVar(&devices, "device", nil, "one device of its own shape, repeatable, all on one node: memory=10GiB,compute=30,mode=mps,profile=3g.20gb,workload=inference (instead of --memory, --compute, --mode, --profile, --workload and --gpus)")
 	f.StringVar(&policy, "memory-policy", "warn", "when a process exceeds its memory: warn or kill")
 	f.StringVar(&faultPolicy, "fault-policy", "fail", "when the GPU fails while CMD runs: fail or requeue")
 	f.IntVar(&priority, "priority", 0, "higher goes first in the queue; at most the tenant's max priority, which an admin sets (gpuslice tenants put NAME --max-priority N; default 0)")
@@ -314,13 +378,16 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "agent",
 		Short:   "Run a node agent that joins a gpuslice server (an agent token)",
-		Example: "  gpuslice agent --server https://gpus.example:7777 --token gs_a_…",
+		Example: "  gpuslice agent --server https://gpus.example:7777 --token gs_agent_…",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(e.errOut, nil))
-			dev, why, err := openDeviceFor(simulate, name, log) // simulated GPUs seeded from the node name
+			// Real GPUs, or simulated ones only when --simulate says so: an
+			// agent that joined a real fleet on fake GPUs would hand real
+			// jobs fake uuids.
+			dev, why, err := openDeviceFor(simulate, name, false, log) // simulated GPUs seeded from the node name
 			if err != nil {
 				return err
 			}
@@ -332,7 +399,7 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 			if err := watchFaults(ctx, dev, faultDir, faultDir != "", log); err != nil {
 				return err
 			}
-			acfg := agent.Config{Name: name, Client: cl, Device: dev, Log: log, Interval: interval}
+			acfg := agent.Config{Name: name, Host: hostName(), Client: cl, Device: dev, Log: log, Interval: interval}
 			agentDuties(&acfg, dev, log, cdiDir)
 			a, err := agent.New(acfg)
 			if err != nil {
@@ -348,7 +415,7 @@ func agentCmd(e *env, c *conn) *cobra.Command {
 	cmd.Flags().StringVar(&name, "node", hostName(), "node name (as serve's --node and run's --node)")
 	cmd.Flags().StringVar(&name, "name", hostName(), "node name")
 	_ = cmd.Flags().MarkDeprecated("name", "use --node")
-	cmd.Flags().StringVar(&simulate, "simulate", "", "simulate GPUs: a preset or a YAML file")
+	cmd.Flags().StringVar(&simulate, "simulate", "", "simulate GPUs: a preset or a YAML file (without it the agent drives the real GPUs through NVML, and exits saying what to check when NVML does not load)")
 	cmd.Flags().DurationVar(&interval, "interval", 5*time.Second, "heartbeat interval")
 	cmd.Flags().StringVar(&cdiDir, "cdi-dir", "", "write a CDI spec per claim here for container runtimes (e.g. /var/run/cdi)")
 	cmd.Flags().StringVar(&faultDir, "fault-dir", "", "simulated GPUs only: apply the fault requests written here (gpuslice dra simulate-fault --fault-dir)")
@@ -364,4 +431,73 @@ func flagMemoryMiB(v string) (int64, error) {
 		return 0, fmt.Errorf("%q has no unit: write %sGiB or %sMiB", v, t, t)
 	}
 	return spec.ParseMemoryMiB(v)
+}
+
+// runsHere says whether a node's GPUs are on this host, where run starts
+// CMD: the node's agent reports the machine it runs on (a node of an
+// older agent, which does not, counts as this host's only when it is
+// named after it). An error says what to do instead.
+func runsHere(ctx context.Context, cl *client.Client, node string) error {
+	var n api.Node
+	if err := cl.Do(ctx, http.MethodGet, "/v1/nodes/"+url.PathEscape(node), nil, &n); err != nil {
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.Status == http.StatusNotFound {
+			return fmt.Errorf("--node %s: no such node (gpuslice nodes ls lists them; leave --node out to claim on this host's)", node)
+		}
+		return fmt.Errorf("--node %s: %w", node, err)
+	}
+	host := n.Host
+	if host == "" {
+		host = n.Name
+	}
+	if host != hostName() {
+		return fmt.Errorf("node %s is on host %s, not this one (%s): gpuslice run starts CMD here, where that node's GPUs are not; run it on %s, or leave --node out", node, host, hostName(), host)
+	}
+	return nil
+}
+
+// parseDevice reads one --device: comma-separated key=value pairs
+// (memory, compute, mode, profile, workload), each at most once; the
+// request is named dev<i>. The values are checked by the server as any
+// claim's are; what is read here (units, numbers, keys) is checked here.
+func parseDevice(v string, i int) (alloc.Request, error) {
+	r := alloc.Request{Name: "dev" + strconv.Itoa(i)}
+	if strings.TrimSpace(v) == "" {
+		return r, fmt.Errorf("empty: want key=value pairs such as memory=10GiB,mode=mps")
+	}
+	seen := map[string]bool{}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		k, val = strings.TrimSpace(k), strings.TrimSpace(val)
+		if !ok || k == "" || val == "" {
+			return r, fmt.Errorf("%q: want key=value (keys: memory, compute, mode, profile, workload)", kv)
+		}
+		if seen[k] {
+			return r, fmt.Errorf("%s given twice", k)
+		}
+		seen[k] = true
+		switch k {
+		case "memory":
+			mib, err := flagMemoryMiB(val)
+			if err != nil {
+				return r, fmt.Errorf("memory: %w", err)
+			}
+			r.MemoryMiB = mib
+		case "compute":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 || n > 100 {
+				return r, fmt.Errorf("compute %q: want a whole percent 0..100", val)
+			}
+			r.ComputePercent = n
+		case "mode":
+			r.Mode = alloc.Mode(val)
+		case "profile":
+			r.Profile = val
+		case "workload":
+			r.Workload = alloc.Workload(val)
+		default:
+			return r, fmt.Errorf("unknown key %q: want memory, compute, mode, profile or workload", k)
+		}
+	}
+	return r, nil
 }

@@ -58,12 +58,15 @@ func hostName() string {
 
 // openDeviceFor picks the device layer: the simulated machine named by
 // --simulate (a preset or a YAML file), else the real GPUs through NVML,
-// else — no NVIDIA driver — the dgx-a100 simulation, saying so. A simulated
+// else — no NVIDIA driver, and only where fallback allows it (serve's
+// friendly default) — the dgx-a100 simulation, saying so; without fallback
+// (gpuslice agent, which joins real hosts to a fleet) a host where NVML
+// does not load is an error that says what to check. A simulated
 // machine is seeded from the node name, so that two simulated nodes on one
 // host (serve's and an agent's --simulate … --node sim-1) report different
 // GPU UUIDs. With a stateFile a simulated machine keeps its MIG layout
 // there across restarts, as real GPUs keep theirs (fake.WithStateFile).
-func openDeviceFor(simulate, node string, log *slog.Logger, stateFile ...string) (gpu.Device, string, error) {
+func openDeviceFor(simulate, node string, fallback bool, log *slog.Logger, stateFile ...string) (gpu.Device, string, error) {
 	name := simulate
 	noDriver := ""
 	if name == "" {
@@ -72,10 +75,10 @@ func openDeviceFor(simulate, node string, log *slog.Logger, stateFile ...string)
 			info := dev.Info()
 			return dev, "using the real GPUs through NVML (driver " + info.DriverVersion + ")", nil
 		}
-		if !errors.Is(err, gpu.ErrNoDriver) {
-			return nil, "", err
+		if !errors.Is(err, gpu.ErrNoDriver) || !fallback {
+			return nil, "", fmt.Errorf("%w\n%s", err, nvmlChecklist)
 		}
-		noDriver = err.Error()
+		noDriver = strings.TrimSuffix(err.Error(), ": use --simulate")
 		name = "dgx-a100"
 	}
 	var spec fake.MachineSpec
@@ -101,7 +104,7 @@ func openDeviceFor(simulate, node string, log *slog.Logger, stateFile ...string)
 	}
 	why := "simulated GPUs (" + name + ")"
 	if simulate == "" {
-		why = noDriver + ": running on simulated GPUs (dgx-a100); pass --simulate PRESET|FILE to choose"
+		why = noDriver + ": running on SIMULATED GPUs (dgx-a100: 8× A100-40GB, fake uuids; nodes ls shows the node as simulated); pass --simulate PRESET|FILE to choose the machine"
 	}
 	return m, why, nil
 }
@@ -120,6 +123,15 @@ func agentDuties(cfg *agent.Config, dev gpu.Device, log *slog.Logger, cdiDir str
 	cfg.Owner = watchdog.EnvOwner("")
 	cfg.Kill = func(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
 }
+
+// nvmlChecklist is what to check when NVML does not load on a host meant
+// to drive real GPUs.
+const nvmlChecklist = `NVML could not drive this host's GPUs. Check:
+  - the NVIDIA kernel driver is loaded: nvidia-smi lists the GPUs (lsmod | grep nvidia)
+  - libnvidia-ml.so.1 is on the loader path: ldconfig -p | grep libnvidia-ml (or LD_LIBRARY_PATH)
+  - in a container: the NVIDIA Container Toolkit mounts the driver (docker run --gpus all, or runtime nvidia)
+  - gpuslice was built with cgo (CGO_ENABLED=1): NVML is loaded through it
+To run on simulated GPUs instead, say so: --simulate dgx-a100 (or another preset, or a YAML file).`
 
 func seedOf(s string) int64 {
 	var h int64
@@ -147,7 +159,7 @@ func serveCmd(e *env) *cobra.Command {
 	var maxQueued, defReplicas int
 	var ret retentionFlags
 	var maxStreamsToken, maxStreamsTenant int
-	var noAgent, modeSwitch, selfSigned bool
+	var noAgent, modeSwitch, selfSigned, preferMIG bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the control plane with an embedded store and a local node agent",
@@ -189,7 +201,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 			defer lock.Release()
 			// Simulated GPUs keep their MIG layout in the data directory, so a
 			// restart adopts running claims' instances instead of losing them.
-			dev, why, err := openDeviceFor(simulate, nodeName, log, filepath.Join(dataDir, "simulated-gpus-"+nodeName+".json"))
+			dev, why, err := openDeviceFor(simulate, nodeName, true, log, filepath.Join(dataDir, "simulated-gpus-"+nodeName+".json"))
 			if err != nil {
 				return err
 			}
@@ -224,7 +236,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 			if defReplicas < 1 || defReplicas > 64 {
 				return fmt.Errorf("--default-replicas %d: want 1..%d", defReplicas, 64)
 			}
-			policy := alloc.Policy{Placement: placement, AllowModeSwitch: modeSwitch, DefaultReplicas: defReplicas}
+			policy := alloc.Policy{Placement: placement, AllowModeSwitch: modeSwitch, DefaultReplicas: defReplicas, PreferMIG: preferMIG}
 			if !cmd.Flags().Changed("allow-mode-switch") {
 				policy.AllowModeSwitch = dev.Info().Simulated // harmless on simulated GPUs
 			}
@@ -264,7 +276,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 				if err != nil {
 					return err
 				}
-				acfg := agent.Config{Name: nodeName, Client: c, Device: dev, Log: log.With("agent", nodeName), Interval: 2 * time.Second}
+				acfg := agent.Config{Name: nodeName, Host: hostName(), Client: c, Device: dev, Log: log.With("agent", nodeName), Interval: 2 * time.Second}
 				agentDuties(&acfg, dev, log, cdiDir)
 				a, err := agent.New(acfg)
 				if err != nil {
@@ -367,6 +379,7 @@ exists it refuses a database that is missing or empty instead of starting afresh
 	cmd.Flags().StringVar(&replicaUser, "replica-user", "", "as root: run every service replica as this unprivileged user instead of --replica-uids (never root)")
 	cmd.Flags().StringVar(&replicaDir, "replica-dir", filepath.Join(os.TempDir(), "gpuslice-replicas"), "where each service replica gets a working directory of its own (outside the data directory)")
 	cmd.Flags().BoolVar(&noAgent, "no-agent", false, "run no local node agent (nodes join with gpuslice agent)")
+	cmd.Flags().BoolVar(&preferMIG, "prefer-mig", false, "put time-sliced, MPS and auto claims that name no MIG profile into MIG instances (which hold less of a GPU) even while a whole GPU could take them; default: whole GPUs first, MIG instances only when none can, and the claim's notes say so")
 	cmd.Flags().BoolVar(&modeSwitch, "allow-mode-switch", false, "let the allocator turn MIG on or off on idle GPUs (resets them; default: on for simulated GPUs only)")
 	return cmd
 }

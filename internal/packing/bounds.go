@@ -81,6 +81,9 @@ type Bounds struct {
 	// larger of LowerBound and the group bound (see isolationBound).
 	Groups              int
 	IsolationLowerBound int
+	// ByComputeL2 is the L2 bound on the claims' compute shares (each
+	// GPU holds 100%), across isolation groups.
+	ByComputeL2 int
 }
 
 // LowerBounds computes the bounds of claims on model m.
@@ -94,11 +97,13 @@ func LowerBounds(m *catalog.GPU, claims []alloc.Claim) Bounds {
 	s, cs, _ := geometryOf(m)
 	var b Bounds
 	var comp int64
+	items := make([]int64, 0, len(claims))
 	for i := range claims {
 		d := claimDemand(m, &claims[i])
 		b.MemoryMiB += d.mem
 		comp += d.comp
 		b.MIGSlices += d.slices
+		items = append(items, min(d.comp, 100*cs))
 	}
 	b.ComputePercent = ceilDiv(comp, cs)
 	b.ByMemory = int(ceilDiv(b.MemoryMiB, m.MemoryMiB))
@@ -109,7 +114,12 @@ func LowerBounds(m *catalog.GPU, claims []alloc.Claim) Bounds {
 	b.LowerBound = max(b.ByMemory, b.ByCompute, b.BySlices, min(len(claims), 1))
 	iso, groups := isolationBound(m, claims)
 	b.Groups = groups
-	b.IsolationLowerBound = max(b.LowerBound, iso)
+	// Compute is conserved per GPU whatever shares it (MIG instances
+	// split its compute slices, shared devices promise no more than they
+	// have), so Martello and Toth's L2 over every claim's compute holds
+	// across isolation groups too: three 60% claims need three GPUs.
+	b.ByComputeL2 = int(binsL2(items, 100*cs))
+	b.IsolationLowerBound = max(b.LowerBound, iso, b.ByComputeL2)
 	return b
 }
 

@@ -49,6 +49,12 @@ func TestExamplePlan(t *testing.T) {
 	if len(p.Unplaced) > 0 {
 		t.Fatalf("%d unplaced", len(p.Unplaced))
 	}
+	// The showcase proves its plan good: its three 60% rankers need a
+	// GPU each (L2 on compute, across tenants), and they may only run in
+	// the A100 pool (their selector names the model).
+	if q := p.Quality; q == nil || q.GPUs > q.LowerBound {
+		t.Fatalf("quality %+v: the showcase plan should meet its lower bound", q)
+	}
 }
 
 // The dedicated baseline gives each device the cheapest whole GPU that

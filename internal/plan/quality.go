@@ -310,11 +310,34 @@ func bounds(s *model.Spec, pools []*pool, reps []replica, opts QualityOptions, q
 	}
 	var allMem, allComp int64
 	free := 0
+	// A replica whose selector no pool's node matches but one (a model
+	// named in it, say) can only run there: an empty node of each pool
+	// tells, for replicas with a selector, whether it could ever take them.
+	empty := make([]*alloc.State, len(pools))
+	selectorAllows := func(pi int, r *replica) bool {
+		sel := false
+		for _, rq := range r.claim.Requests {
+			sel = sel || rq.Selector != ""
+		}
+		if !sel {
+			return true
+		}
+		if empty[pi] == nil {
+			st, err := alloc.NewState(alloc.Fleet{Nodes: []alloc.Node{newNode(pools[pi], pools[pi].spec.Name+"-bound")}, Policy: s.Policy}, nil, alloc.Options{})
+			if err != nil {
+				return true // no proof it cannot: count it as free
+			}
+			empty[pi] = st
+		}
+		c := r.claim
+		_, err := empty[pi].AllocateAheadQuick(&c, nil)
+		return err == nil || !alloc.IsNoFit(err)
+	}
 	for i := range reps {
 		r := &reps[i]
 		home := -1
 		for pi, pl := range pools {
-			if (r.wl.Pool == "" || r.wl.Pool == pl.spec.Name) && couldHold(pl, *r) {
+			if (r.wl.Pool == "" || r.wl.Pool == pl.spec.Name) && couldHold(pl, *r) && selectorAllows(pi, r) {
 				if home != -1 {
 					home = -2
 					break

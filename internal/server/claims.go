@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -91,7 +92,12 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 		}
 	} else {
 		if why := s.neverFits(c); why != "" && !c.Spec.WaitForNodes {
-			return errStatus(http.StatusUnprocessableEntity, "this claim can never fit the registered nodes, even empty: %s (the largest GPU here has %d MiB); ask for less, or pass waitForNodes (gpuslice run --wait-for-nodes) to queue it for nodes that may join", why, s.maxGPUMiB())
+			hint := fmt.Sprintf(" (the largest GPU here has %d MiB); ask for less", s.maxGPUMiB())
+			if strings.Contains(why, " has ") && strings.Contains(why, "(profile ") {
+				// The choices are listed already: the profile is what is wrong.
+				hint = fmt.Sprintf(" (the largest GPU here has %d MiB); ask for one of those profiles", s.maxGPUMiB())
+			}
+			return errStatus(http.StatusUnprocessableEntity, "this claim can never fit the registered nodes, even empty: %s%s, or pass waitForNodes (gpuslice run --wait-for-nodes) to queue it for nodes that may join", why, hint)
 		}
 		// It waits: charged at least what it will hold, within a bounded
 		// queue.
@@ -110,7 +116,7 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 		at := start
 		c.Allocated = &at
 	} else {
-		c.Reason = aerr.Error()
+		c.Reason = claimReason(c, aerr)
 	}
 	if err := tx.CreateClaim(c); err != nil {
 		return err

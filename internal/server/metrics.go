@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/state"
 )
 
@@ -42,7 +43,10 @@ var (
 	descMemSec   = prometheus.NewDesc("gpuslice_tenant_memory_mib_seconds_total", "GPU memory held by a tenant's processes, MiB × seconds (agent samples).", []string{"tenant"}, nil)
 	descPending  = prometheus.NewDesc("gpuslice_pending_claims", "Pending claims by the first reason the allocator gave.", []string{"reason"}, nil)
 	descNodes    = prometheus.NewDesc("gpuslice_nodes", "Nodes by state.", []string{"state"}, nil)
-	descHealthy  = prometheus.NewDesc("gpuslice_gpu_healthy", "1 when a GPU is healthy, 0 after a fatal XID or loss, as its agent reports.", []string{"node", "gpu", "model"}, nil)
+	// One meaning per label name across /metrics: UUID is a GPU's uuid,
+	// gpu its index on the node (dcgm-exporter's names, as the slice
+	// series use them), Hostname its node.
+	descHealthy = prometheus.NewDesc("gpuslice_gpu_healthy", "1 when a GPU is healthy, 0 after a fatal XID or loss, as its agent reports.", gpuLabels, nil)
 )
 
 type usedEntry struct {
@@ -210,7 +214,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			if g.Healthy {
 				v = 1
 			}
-			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, v, n.Name, g.UUID, g.Model)
+			gi := gpuInfo{node: n.Name, gpu: g}
+			gi.model, _ = catalog.Default().GPU(g.Model)
+			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, v, gpuLabelValues(gi)...)
 		}
 	}
 	for s, n := range ns {

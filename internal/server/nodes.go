@@ -22,6 +22,10 @@ type RegisterRequest struct {
 	Inventory alloc.Node `json:"inventory"`
 	Simulated bool       `json:"simulated"`
 	Driver    string     `json:"driver,omitempty"`
+	// Host is the name of the machine the agent runs on (its short host
+	// name): gpuslice run starts a command only on the host of the node
+	// its claim is on.
+	Host string `json:"host,omitempty"`
 }
 
 // HeartbeatRequest is the body of POST /v1/nodes/{name}/heartbeat.
@@ -93,9 +97,13 @@ func (srv *Server) registerNode(w http.ResponseWriter, r *http.Request, p princi
 		writeError(w, errField("driver", "at most 64 printable characters"))
 		return
 	}
+	if len(req.Host) > 253 || strings.ContainsFunc(req.Host, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }) {
+		writeError(w, errField("host", "at most 253 printable characters, no spaces"))
+		return
+	}
 	now := srv.cfg.Clock()
 	n := api.Node{Name: name, State: api.NodeReady, LastHeartbeat: now, Simulated: req.Simulated, Driver: req.Driver,
-		Inventory: req.Inventory, Created: now}
+		Host: req.Host, Inventory: req.Inventory, Created: now}
 	n.Inventory.Name = name
 	err := srv.update(r.Context(), func(tx state.Tx) error {
 		old, err := tx.GetNode(name)
@@ -558,7 +566,7 @@ func (srv *Server) deleteNode(w http.ResponseWriter, r *http.Request, p principa
 			srv.events.forget(name)
 			srv.metrics.dropped.DeleteLabelValues(name)
 		})
-		ev := api.Event{Time: srv.cfg.Clock(), Kind: "node-deleted", Node: name, Message: "deleted by an admin; its claims are re-queued"}
+		ev := api.Event{Time: srv.cfg.Clock(), Kind: "node-deleted", Node: name, Message: "deleted by an admin; its claims are re-queued, and those pinned to it (gpuslice run on it) fail"}
 		if err := tx.AppendEvent(&ev); err != nil {
 			return err
 		}

@@ -223,6 +223,10 @@ func (srv *Server) rebuildLocked(tx state.Tx) error {
 	var f alloc.Fleet
 	f.Policy = srv.cfg.Policy
 	ready := map[string]bool{}
+	registered := map[string]bool{} // lost nodes too: they may come back
+	for _, n := range nodes {
+		registered[n.Name] = true
+	}
 	sick := map[string]bool{} // GPU uuids reported unhealthy
 	var minMiB int64
 	for _, n := range nodes {
@@ -249,8 +253,24 @@ func (srv *Server) rebuildLocked(tx state.Tx) error {
 	s.ever = everFleet(nodes, f.Policy)
 	now := srv.cfg.Clock()
 	var requeue, failed, fit []api.Claim
+	// A claim pinned to a node that is no longer registered (an admin
+	// removed it) can run nowhere else: it fails, saying so, rather than
+	// wait for a node that will not come back (gpuslice run then stops
+	// its command).
+	removed := func(c *api.Claim) bool {
+		if c.Spec.Node == "" || registered[c.Spec.Node] {
+			return false
+		}
+		c.State, c.Reason = api.Failed, "node "+c.Spec.Node+" was removed (gpuslice nodes rm); the claim was pinned to it and cannot run elsewhere"
+		failed = append(failed, *c)
+		return true
+	}
+	pend = slices.DeleteFunc(pend, func(c api.Claim) bool { return removed(&c) })
 	for _, c := range live {
 		a := c.Allocation
+		if removed(&c) {
+			continue
+		}
 		if a == nil || !onReadyNodes(a, ready) {
 			c.Reason = "re-queued: its node was lost or deleted"
 			requeue = append(requeue, c)
@@ -365,9 +385,27 @@ func (s *scheduler) neverFits(c *api.Claim) string {
 		return ""
 	}
 	if _, err := s.ever.Allocate(allocClaim(c)); err != nil {
-		return err.Error()
+		return claimReason(c, err)
 	}
 	return ""
+}
+
+// claimReason is why a claim does not fit, as its reason says it: the
+// allocator's explanation, and for a claim pinned to a node (gpuslice run
+// pins its claim to this host's node) that node's part alone — the other
+// nodes, which the claim never asked for, would only add "selector
+// mismatch" for a selector the user never wrote.
+func claimReason(c *api.Claim, err error) string {
+	text := err.Error()
+	var nf *alloc.NoFitError
+	if c.Spec.Node == "" || !errors.As(err, &nf) {
+		return text
+	}
+	on, ok := nf.On(c.Spec.Node)
+	if !ok {
+		on = fmt.Sprintf("claim %s: its node %s is not ready (its agent sends no heartbeat); the claim waits for it", c.ID, c.Spec.Node)
+	}
+	return strings.Replace(text, nf.Error(), on, 1)
 }
 
 // needsMore reports whether realized holds a change that had not
@@ -528,11 +566,11 @@ func (srv *Server) retryLocked(tx state.Tx) error {
 	for i, c := range queue {
 		a, err := srv.allocate(c, now, ahead[i+1:])
 		if err != nil {
-			s.reasons[c.ID] = err.Error()
+			s.reasons[c.ID] = claimReason(c, err)
 			if s.reserved == nil {
 				if n, ok := srv.starving(c, now); ok {
 					s.reserved = &reservation{claim: c, nominee: n}
-					s.reasons[c.ID] = err.Error() + srv.reservedNote(s.reserved, now)
+					s.reasons[c.ID] = claimReason(c, err) + srv.reservedNote(s.reserved, now)
 				}
 			}
 			continue

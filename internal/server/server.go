@@ -435,7 +435,7 @@ func (srv *Server) CreateTokenFor(ctx context.Context, role api.Role, tenant, no
 		return api.Token{}, err
 	}
 	t := api.Token{ID: "tok-" + id, Role: role, Tenant: tenant, Node: node, Created: srv.cfg.Clock()}
-	secret = "gs_" + string(role[:1]) + "_" + secret
+	secret = tokenPrefix(role) + secret
 	err = srv.update(ctx, func(tx state.Tx) error {
 		if role == api.RoleTenant {
 			if _, err := tx.GetTenant(tenant); err != nil {
@@ -449,6 +449,20 @@ func (srv *Server) CreateTokenFor(ctx context.Context, role api.Role, tenant, no
 	}
 	t.Secret = secret
 	return t, nil
+}
+
+// tokenPrefix says a secret's role at a glance: gs_admin_, gs_agent_,
+// gs_t_ (tenant). Admin and agent tokens were both gs_a_ before; those
+// keep working, since a token is found by the hash of its whole secret
+// and the prefix means nothing to the server.
+func tokenPrefix(role api.Role) string {
+	switch role {
+	case api.RoleAdmin:
+		return "gs_admin_"
+	case api.RoleAgent:
+		return "gs_agent_"
+	}
+	return "gs_" + string(role[:1]) + "_"
 }
 
 // HasAdminToken reports whether any admin token exists.

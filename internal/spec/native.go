@@ -18,7 +18,7 @@ const NativeAPIVersion = "gpuslice.dev/v1alpha1"
 // the same lists.
 var (
 	nativeTopKeys      = []string{"apiVersion", "kind", "policy", "pools", "tenants", "workloads"}
-	nativePolicyKeys   = []string{"placement", "allowModeSwitch", "defaultReplicas", "defaultMaxClients"}
+	nativePolicyKeys   = []string{"placement", "allowModeSwitch", "preferMIG", "defaultReplicas", "defaultMaxClients"}
 	nativePoolKeys     = []string{"name", "instanceType", "gpu", "gpusPerNode", "nodes", "maxNodes", "sharing", "mig", "migSharing", "labels", "taints"}
 	nativeSharingKeys  = []string{"mode", "replicas", "interval", "maxClients", "defaultThreadPercent", "defaultPinnedMemory"}
 	nativeTaintKeys    = []string{"key", "value", "effect"}
@@ -61,6 +61,7 @@ func (w *walker) native(doc *yaml.Node, s *Spec) {
 			s.Policy.Placement = v
 		}
 		s.Policy.AllowModeSwitch, _ = w.boolean(f, "allowModeSwitch")
+		s.Policy.PreferMIG, _ = w.boolean(f, "preferMIG")
 		r, _ := w.integer(f, "defaultReplicas", 1, 64)
 		c, _ := w.integer(f, "defaultMaxClients", 1, alloc.MaxMPSClients)
 		s.Policy.DefaultReplicas, s.Policy.DefaultMaxClients = int(r), int(c)

@@ -353,6 +353,16 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("pending reason shown %q, API says %q", reason, now.Reason)
 		}
 		p.wait("the running claims", fmt.Sprintf("document.querySelector(%s)", sel(fmt.Sprintf("#running tr[data-claim=%s]", a.ID))))
+		// Each MIG claim's device reads profile@start, start 0 included
+		// (a start of 0 is left out of the JSON: once "@undefined").
+		for _, c := range []api.Claim{a, b} {
+			d := c.Allocation.Devices[0]
+			var text string
+			p.eval(fmt.Sprintf("document.querySelector(%s).textContent", sel(fmt.Sprintf("#running tr[data-claim=%s]", c.ID))), &text)
+			if want := fmt.Sprintf("%s@%d", d.Profile, d.Start); !strings.Contains(text, want) || strings.Contains(text, "undefined") {
+				t.Errorf("claim %s's row reads %q, want %q", c.ID, text, want)
+			}
+		}
 		p.wait("the events", `document.querySelectorAll('#events li[data-kind="created"]').length >= 3`)
 		p.shot("04-claims")
 	}) {

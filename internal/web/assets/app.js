@@ -792,7 +792,7 @@ function claimsTable(claims, caption) {
     const devs = devicesOf(c);
     body.append(el("tr", { "data-claim": c.id },
       el("td", {}, link("#claim/" + encodeURIComponent(c.id), c.id)), el("td", {}, link("#tenant/" + encodeURIComponent(c.tenant), c.tenant)),
-      el("td", { text: c.state }), el("td", { text: devs.map((d) => d.node + " " + (d.profile ? d.profile + "@" + d.start : "whole GPU")).join(", ") || "—" }),
+      el("td", { text: c.state }), el("td", { text: devs.map((d) => d.node + " " + (d.profile ? d.profile + "@" + (d.start ?? 0) : "whole GPU")).join(", ") || "—" }),
       el("td", { text: asks(c) }), el("td", { class: "reason", text: c.reason || "" })));
   }
   if (!claims.length) body.append(el("tr", {}, el("td", { colspan: 6, text: "None." })));
@@ -909,7 +909,7 @@ function renderClaims(append) {
     if (c.used && c.used.gpuSeconds > 0 && c.used.smSeconds > 0) comp += `, ${Math.round(100 * c.used.smSeconds / c.used.gpuSeconds)}% used on average`;
     run.append(el("tr", { "data-claim": c.id },
       el("td", {}, link("#claim/" + encodeURIComponent(c.id), c.id)), el("td", {}, link("#tenant/" + encodeURIComponent(c.tenant), c.tenant)), el("td", { text: c.state }),
-      el("td", { text: devs.map((d) => d.node + " " + (d.profile ? d.profile + "@" + d.start : d.device)).join(", ") }),
+      el("td", { text: devs.map((d) => d.node + " " + (d.profile ? d.profile + "@" + (d.start ?? 0) : d.device)).join(", ") }),
       el("td", { text: [...new Set(devs.map((d) => (d.mode === "mig" ? "exclusive (MIG)" : modeName(d.mode))))].join(", ") }),
       el("td", { text: "— / " + mib(promised) }), el("td", { text: comp })));
   }
