@@ -105,6 +105,34 @@ func BinDir() string {
 	return filepath.Join(root, "k8s", KubernetesVersion)
 }
 
+// BinDirFor is BinDir for a Kubernetes version other than the default:
+// ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/<version>, where
+// scripts/controlplane.sh builds it. For KubernetesVersion it is BinDir
+// (so $GPUSLICE_K8S_BIN still applies).
+func BinDirFor(version string) string {
+	if version == KubernetesVersion {
+		return BinDir()
+	}
+	root := os.Getenv(EnvCache)
+	if root == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		root = filepath.Join(home, ".cache", "gpuslice")
+	}
+	return filepath.Join(root, "k8s", version)
+}
+
+// Built says why dir cannot run a control plane (nil when it can): the
+// files it lacks.
+func Built(dir string) error {
+	if why := missingFiles(dir); why != "" {
+		return errors.New(why)
+	}
+	return nil
+}
+
 // missingFiles returns what dir lacks of requiredFiles ("" when complete).
 func missingFiles(dir string) string {
 	if dir == "" {
@@ -495,6 +523,7 @@ type process struct {
 	name string
 	cmd  *exec.Cmd
 	log  string
+	url  string // https://127.0.0.1:PORT of a component serving HTTPS (startComponent)
 	done chan struct{} // closed once the process has exited and been reaped
 	err  error         // cmd.Wait's result, once done is closed
 }

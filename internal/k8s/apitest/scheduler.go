@@ -116,6 +116,13 @@ func (sc *Scheduler) Stop() {
 // Tail returns up to the last n bytes of the scheduler's log.
 func (sc *Scheduler) Tail(n int64) string { return sc.proc.tail(n) }
 
+// URL is where the scheduler serves HTTPS (/readyz, /metrics, and
+// /debug/pprof with --profiling): https://127.0.0.1:PORT.
+func (sc *Scheduler) URL() string { return sc.proc.url }
+
+// PID is the scheduler's process ID (for reading its CPU time).
+func (sc *Scheduler) PID() int { return sc.proc.cmd.Process.Pid }
+
 func startScheduler(ctx context.Context, s *Server, tmp string, opts SchedulerOptions) (*Scheduler, error) {
 	kubeconfig := filepath.Join(tmp, "scheduler.kubeconfig")
 	if err := writeKubeconfig(kubeconfig, s); err != nil {
@@ -174,7 +181,8 @@ func startComponent(ctx context.Context, name, bin, tmp, path string, wait time.
 		if err != nil {
 			return nil, "", err
 		}
-		url := "https://127.0.0.1:" + strconv.Itoa(ports[0]) + path
+		proc.url = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+		url := proc.url + path
 		last = proc.waitUntil(ctx, wait, func(ctx context.Context) error { return schedulerReady(ctx, url) })
 		if last == nil {
 			return proc, logFile, nil
