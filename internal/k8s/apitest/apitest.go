@@ -523,7 +523,7 @@ type process struct {
 	name string
 	cmd  *exec.Cmd
 	log  string
-	url  string // https://127.0.0.1:PORT of a component serving HTTPS (startComponent)
+	url  string        // https://127.0.0.1:PORT of a component serving HTTPS (startComponent)
 	done chan struct{} // closed once the process has exited and been reaped
 	err  error         // cmd.Wait's result, once done is closed
 }

@@ -121,9 +121,9 @@ type Result struct {
 	Counters     int     `json:"counterConsumptionsPerNode"` // counters consumed, summed over the node's devices
 	Pods         int     `json:"pods"`
 	Bound        int     `json:"bound"`
-	PodsPerSec   float64 `json:"podsPerSecond"`  // steady state: binds from the 10th to the 90th percentile
-	CPUPerPod    float64 `json:"cpuMsPerPod"`    // kube-scheduler's CPU time per bound pod
-	Seconds      float64 `json:"seconds"`        // first to last bind
+	PodsPerSec   float64 `json:"podsPerSecond"` // steady state: binds from the 10th to the 90th percentile
+	CPUPerPod    float64 `json:"cpuMsPerPod"`   // kube-scheduler's CPU time per bound pod
+	Seconds      float64 `json:"seconds"`       // first to last bind
 	Profile      string  `json:"profile,omitempty"`
 	Error        string  `json:"error,omitempty"`
 }
