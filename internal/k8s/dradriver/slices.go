@@ -107,7 +107,7 @@ func SlicesFor(node alloc.Node, gen int64, driverVersion string, cat *catalog.Ca
 				return nil, fmt.Errorf("node %s GPU %d: %w", node.Name, g.Index, err)
 			}
 		}
-		devs, set := gpuDevices(g, model, geo, driverVersion)
+		devs, set := gpuDevices(g, model, geo, driverVersion, opts.MIGProfiles)
 		if opts.TenantIsolation {
 			i := slices.IndexFunc(devs, func(d resourceapi.Device) bool { return *d.Attributes["type"].StringValue == TypeShared })
 			copies = append(copies, tenantCopies(devs[i], g.Index, tenants)...)
@@ -145,7 +145,11 @@ func SlicesFor(node alloc.Node, gen int64, driverVersion string, cat *catalog.Ca
 }
 
 // gpuDevices is one GPU's devices and, when it has MIG, its counter set.
-func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersion string) ([]resourceapi.Device, *resourceapi.CounterSet) {
+//
+// profiles, when not nil, are the MIG profiles published (others are
+// left out, and so are their counters where no published profile needs
+// them).
+func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersion string, profiles []string) ([]resourceapi.Device, *resourceapi.CounterSet) {
 	base := fmt.Sprintf("gpu-%d", g.Index)
 	common := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"index":        intAttr(int64(g.Index)),
@@ -193,33 +197,38 @@ func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersio
 		whole.ConsumesCounters, shared.ConsumesCounters = use, use
 		return []resourceapi.Device{shared, whole}, set
 	}
-	set := &resourceapi.CounterSet{Name: base, Counters: map[string]resourceapi.Counter{
-		counterCompute:   {Value: qty(geo.ComputeSlices)},
-		counterInstances: {Value: qty(geo.MaxInstances)},
-		counterME:        {Value: qty(1)},
-	}}
-	for i := range geo.Slices {
-		set.Counters[counterSlice(i)] = resourceapi.Counter{Value: qty(1)}
+	var publish []bool
+	if profiles != nil {
+		publish = make([]bool, len(geo.Shapes))
+		for i := range geo.Shapes {
+			publish[i] = slices.Contains(profiles, geo.Shapes[i].Name)
+		}
 	}
-	for _, s := range geo.Shapes {
-		set.Counters[counterProfile(s.Name)] = resourceapi.Counter{Value: qty(s.MaxCount)}
+	plan := placementCounters(geo, publish)
+	counters := func(m map[string]int) map[string]resourceapi.Counter {
+		out := make(map[string]resourceapi.Counter, len(m))
+		for k, v := range m {
+			out[k] = resourceapi.Counter{Value: qty(v)}
+		}
+		return out
 	}
-	// The whole GPU (MIG off) takes every slice, all compute and every
-	// instance, so nothing else on the GPU can be allocated beside it.
-	all := map[string]resourceapi.Counter{counterCompute: {Value: qty(geo.ComputeSlices)}, counterInstances: {Value: qty(geo.MaxInstances)}}
-	for i := range geo.Slices {
-		all[counterSlice(i)] = resourceapi.Counter{Value: qty(1)}
-	}
-	whole.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: base, Counters: all}}
+	set := &resourceapi.CounterSet{Name: base, Counters: counters(plan.set)}
+	// The whole GPU (MIG off) takes every instance, so nothing else on
+	// the GPU can be allocated beside it; so does the shared GPU.
+	whole.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: base, Counters: counters(plan.whole)}}
 	shared.ConsumesCounters = whole.ConsumesCounters
 	type placed struct {
 		shape *mig.Shape
 		start int
+		use   map[string]int
 	}
 	var ps []placed
 	for i := range geo.Shapes {
-		for _, st := range geo.Shapes[i].Starts {
-			ps = append(ps, placed{&geo.Shapes[i], st})
+		if publish != nil && !publish[i] {
+			continue
+		}
+		for j, st := range geo.Shapes[i].Starts {
+			ps = append(ps, placed{&geo.Shapes[i], st, plan.mig[i][j]})
 		}
 	}
 	sort.SliceStable(ps, func(i, j int) bool {
@@ -237,17 +246,7 @@ func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersio
 	})
 	var devs []resourceapi.Device
 	for _, p := range ps {
-		use := map[string]resourceapi.Counter{
-			counterCompute:               {Value: qty(p.shape.Compute)},
-			counterInstances:             {Value: qty(1)},
-			counterProfile(p.shape.Name): {Value: qty(1)},
-		}
-		for i := p.start; i < p.start+p.shape.Size; i++ {
-			use[counterSlice(i)] = resourceapi.Counter{Value: qty(1)}
-		}
-		if p.shape.ME {
-			use[counterME] = resourceapi.Counter{Value: qty(1)}
-		}
+		use := counters(p.use)
 		devs = append(devs, resourceapi.Device{
 			Name: fmt.Sprintf("%s-mig-%s-at-%d", base, dnsPart(p.shape.Name), p.start),
 			Attributes: attrs(TypeMIG, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
