@@ -1,11 +1,13 @@
 package dradriver
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/mig"
 )
 
@@ -218,4 +220,60 @@ func allowsOnlyValid(geo *mig.Geometry, ps []placement, full []map[string]int, c
 		return true
 	}
 	return dfs(0, mig.Occupancy{})
+}
+
+// ParseMIGProfiles reads the driver's --mig-profiles: "all" (or empty)
+// publishes every MIG profile (nil); "none" publishes none ([]string{}:
+// MIG-capable GPUs are whole and shared GPUs only); else a comma-
+// separated list of profile names (1g.5gb,3g.20gb,7g.40gb), each a
+// profile of some MIG-capable model in cat (a GPU lacking one publishes
+// the others). Duplicates are merged; the result is sorted.
+func ParseMIGProfiles(s string, cat *catalog.Catalog) ([]string, error) {
+	s = strings.TrimSpace(s)
+	switch s {
+	case "", "all":
+		return nil, nil
+	case "none":
+		return []string{}, nil
+	}
+	if cat == nil {
+		cat = catalog.Default()
+	}
+	known := map[string]bool{}
+	for _, m := range cat.GPUs() {
+		if m.MIG == nil {
+			continue
+		}
+		for _, p := range m.MIG.Profiles {
+			known[p.Name] = true
+		}
+	}
+	out := []string{}
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if p == "all" || p == "none" {
+			return nil, fmt.Errorf("MIG profiles %q: %q stands alone, not in a list", s, p)
+		}
+		if !known[p] {
+			names := make([]string, 0, len(known))
+			for n := range known {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			msg := fmt.Sprintf("MIG profile %q: no MIG-capable GPU of the catalog has it; want all, none or a comma-separated list of %s", p, strings.Join(names, ", "))
+			if sug := catalog.Suggest(p, names); sug != "" {
+				msg += fmt.Sprintf(" (did you mean %s?)", sug)
+			}
+			return nil, errors.New(msg)
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("MIG profiles %q: no profile named; want all, none or a list such as 1g.5gb,3g.20gb", s)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }

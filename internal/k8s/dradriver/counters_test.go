@@ -2,6 +2,7 @@ package dradriver
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -164,4 +165,39 @@ func TestCountersAllowExactlyTheValidSets(t *testing.T) {
 	if models < 3 {
 		t.Fatalf("only %d MIG-capable models", models)
 	}
+}
+
+func TestParseMIGProfiles(t *testing.T) {
+	for in, want := range map[string]string{"": "[]", "all": "[]", " none ": "[]", "3g.20gb, 1g.5gb,1g.5gb": "[1g.5gb 3g.20gb]", "7g.80gb,": "[7g.80gb]"} {
+		got, err := ParseMIGProfiles(in, nil)
+		if err != nil || fmt.Sprint(got) != want {
+			t.Errorf("%q: %v, %v; want %s", in, got, err, want)
+		}
+	}
+	if got, _ := ParseMIGProfiles("all", nil); got != nil {
+		t.Errorf("all: %v, want nil", got)
+	}
+	if got, _ := ParseMIGProfiles("none", nil); got == nil || len(got) != 0 {
+		t.Errorf("none: %v, want empty", got)
+	}
+	for in, want := range map[string]string{"1g.5gbb": "did you mean", "all,1g.5gb": "stands alone", ",": "no profile named", "3g": "no MIG-capable GPU"} {
+		if _, err := ParseMIGProfiles(in, nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error with %q", in, err, want)
+		}
+	}
+}
+
+func FuzzParseMIGProfiles(f *testing.F) {
+	for _, s := range []string{"", "all", "none", "1g.5gb,3g.20gb", "x,,y", "7g.40gb+me"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParseMIGProfiles(s, nil)
+		if err != nil {
+			return
+		}
+		if _, err := SlicesFor(node("n", "A100-40GB", 1), 1, "", nil, Options{MIGProfiles: got}); err != nil {
+			t.Fatalf("%q → %v: %v", s, got, err)
+		}
+	})
 }
