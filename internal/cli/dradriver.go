@@ -28,8 +28,8 @@ import (
 func draDriverCmd(e *env) *cobra.Command {
 	var (
 		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen, xidNoSchedule, tenants, noTenantNS, migProfilesFlag string
-		watchInterval, memoryGrace                                                                                                                    time.Duration
-		tenantIsolation, watchNamespaces, migBinding                                                                                                  bool
+		watchInterval, memoryGrace                                                                                                                                     time.Duration
+		tenantIsolation, watchNamespaces, migBinding                                                                                                                   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
