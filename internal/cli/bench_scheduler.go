@@ -30,11 +30,12 @@ then starts the stock kube-scheduler and times every bind. PODS/S is the steady 
 the binds from the 10th to the 90th percentile over the time between them; CPU MS/POD is
 kube-scheduler's CPU time per bound pod (a figure other load on the machine changes less).
 
-Cases are SHAPE/WORKLOAD[/copies]:
+Cases are SHAPE/WORKLOAD[/copies][/mig=PROFILES]:
   gpuslice              what gpuslice's DRA driver publishes (whole GPU, shared GPU, MIG
                         placements; MIG devices with binding conditions, as by default);
                         /copies: one tainted copy of each shared GPU per tenant (the
-                        driver's default --tenant-isolation), claims tolerating their own
+                        driver's default --tenant-isolation), claims tolerating their own;
+                        /mig=none or /mig=1g.5gb:3g.20gb: the driver's --mig-profiles
   nvidia-shares         one device per GPU shared by memory (consumable capacity)
   nvidia-partitionable  NVIDIA's 1.35+ shape without MIG: a per-node counter slice, one
                         counter set per GPU, the whole GPU consuming all of it
@@ -100,7 +101,7 @@ WORKLOAD is share (a 4Gi memory share) or whole (a whole GPU).`,
 					return err
 				}
 			}
-			t := &table{header: []string{"NODES", "KUBERNETES", "SHAPE", "WORKLOAD", "TENANT COPIES", "DEVICES/NODE", "SLICES/NODE", "COUNTERS/NODE", "BOUND", "PODS/S", "CPU MS/POD"}}
+			t := &table{header: []string{"NODES", "KUBERNETES", "SHAPE", "MIG PROFILES", "WORKLOAD", "TENANT COPIES", "DEVICES/NODE", "SLICES/NODE", "COUNTERS/NODE", "BOUND", "PODS/S", "CPU MS/POD"}}
 			for _, r := range all {
 				rate := fmt.Sprintf("%.2f", r.PodsPerSec)
 				if r.Error != "" {
@@ -108,7 +109,11 @@ WORKLOAD is share (a 4Gi memory share) or whole (a whole GPU).`,
 				} else if r.PodsPerSec == 0 {
 					rate = "<5 binds"
 				}
-				t.add(r.Nodes, r.Kubernetes, r.Shape, r.Workload, r.TenantCopies, r.Devices, r.Slices, r.Counters,
+				mig := r.MIGProfiles
+				if mig == "" {
+					mig = "-"
+				}
+				t.add(r.Nodes, r.Kubernetes, r.Shape, mig, r.Workload, r.TenantCopies, r.Devices, r.Slices, r.Counters,
 					fmt.Sprintf("%d/%d", r.Bound, r.Pods), rate, fmt.Sprintf("%.1f", r.CPUPerPod))
 			}
 			t.notes = append(t.notes, "PODS/S: binds from the 10th to the 90th percentile; COUNTERS/NODE: counter consumptions summed over a node's devices; TENANT COPIES: tenants each shared GPU is published for",

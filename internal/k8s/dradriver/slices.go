@@ -60,10 +60,17 @@ func dnsPart(s string) string {
 // slice, as the API requires. All slices form one pool named after the
 // node, at generation gen.
 //
-// Devices are ordered smallest first, and among placements of one profile
-// the highest start first: the stock allocator takes the first device
-// that fits, and this order keeps the low slices free for the big
-// profiles (KEP-4815's advice).
+// Each GPU's devices come in this order: the whole GPU, the shared GPU
+// (or the tenants' copies of it), then the MIG placements smallest
+// profile first and, among placements of one profile, the highest start
+// first: the stock allocator takes the first device that fits, and this
+// order keeps the low slices free for the big profiles (KEP-4815's
+// advice). The whole and shared GPUs come first because the stock
+// allocator evaluates the claim's class selector on every device it
+// walks past, on every node it filters: a share or whole-GPU claim then
+// stops at the first devices instead of walking 25 MIG placements per GPU
+// (docs/scheduler-cost.md). Each class selects one type, so this order
+// changes no allocation.
 //
 // No static order serves every small-first arrival: on an A100 1g,1g,1g,4g
 // needs the 1g devices in slices 4-6 and 1g,1g,2g,3g needs them in 0-3, and
@@ -81,10 +88,11 @@ func Slices(node alloc.Node, gen int64, driverVersion string, cat *catalog.Catal
 }
 
 // SlicesFor is Slices with the shared devices as opts say. With tenant
-// isolation each GPU's slice keeps its MIG devices and the whole GPU, and
-// the tenants' copies of the shared GPUs follow in slices of their own
-// (GPU by GPU, tenants in name order, 64 devices to a slice), all in the
-// node's one pool, so the counter sets they consume are the same.
+// isolation each GPU's slice holds its whole GPU, the tenants' copies of
+// its shared GPU (tenants in name order) as far as the API's 64 devices a
+// slice allow, then its MIG devices; copies beyond that
+// follow in slices of their own (GPU by GPU, 64 devices to a slice), all
+// in the node's one pool, so the counter sets they consume are the same.
 func SlicesFor(node alloc.Node, gen int64, driverVersion string, cat *catalog.Catalog, opts Options) ([]resourceapi.ResourceSlice, error) {
 	if cat == nil {
 		cat = catalog.Default()
@@ -110,8 +118,13 @@ func SlicesFor(node alloc.Node, gen int64, driverVersion string, cat *catalog.Ca
 		devs, set := gpuDevices(g, model, geo, driverVersion, opts.MIGProfiles)
 		if opts.TenantIsolation {
 			i := slices.IndexFunc(devs, func(d resourceapi.Device) bool { return *d.Attributes["type"].StringValue == TypeShared })
-			copies = append(copies, tenantCopies(devs[i], g.Index, tenants)...)
+			mine := tenantCopies(devs[i], g.Index, tenants)
 			devs = slices.Delete(devs, i, i+1)
+			// As many copies as the GPU's slice has room for go first in
+			// it, the rest in slices of their own.
+			room := min(max(maxDevicesWithCounters-len(devs), 0), len(mine))
+			devs = slices.Insert(devs, i, mine[:room]...)
+			copies = append(copies, mine[room:]...)
 		}
 		if len(devs) > maxDevicesWithCounters {
 			return nil, fmt.Errorf("node %s GPU %d: %d devices, a slice holds at most %d", node.Name, g.Index, len(devs), maxDevicesWithCounters)
@@ -258,7 +271,7 @@ func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersio
 			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: base, Counters: use}},
 		})
 	}
-	return append(devs, shared, whole), set
+	return append([]resourceapi.Device{whole, shared}, devs...), set
 }
 
 func productName(m *catalog.GPU) string {

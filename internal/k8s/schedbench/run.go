@@ -36,6 +36,9 @@ type Case struct {
 	Shape        Shape
 	Workload     Workload
 	TenantCopies bool
+	// MIGProfiles are the MIG profiles gpuslice publishes
+	// (dra-driver --mig-profiles; nil: all).
+	MIGProfiles []string
 }
 
 func (c Case) String() string {
@@ -43,35 +46,56 @@ func (c Case) String() string {
 	if c.TenantCopies {
 		s += "/copies"
 	}
+	if c.MIGProfiles != nil {
+		s += "/mig=" + strings.Join(c.MIGProfiles, ":")
+		if len(c.MIGProfiles) == 0 {
+			s += "none"
+		}
+	}
 	return s
 }
 
 // DefaultCases are the comparison: gpuslice's slices with and without
-// tenant copies for memory shares and whole GPUs, and the NVIDIA shapes
-// that serve the same claims.
+// tenant copies, with every MIG profile and with none (--mig-profiles
+// none), for memory shares and whole GPUs, and the NVIDIA shapes that
+// serve the same claims.
 func DefaultCases() []Case {
+	none := []string{}
 	return []Case{
-		{Gpuslice, Share, true}, {Gpuslice, Share, false}, {NVIDIAShares, Share, false},
-		{Gpuslice, Whole, true}, {Gpuslice, Whole, false}, {NVIDIAPartitionable, Whole, false}, {NVIDIADynamicMIG, Whole, false},
+		{Gpuslice, Share, true, nil}, {Gpuslice, Share, false, nil}, {Gpuslice, Share, true, none}, {Gpuslice, Share, false, none},
+		{NVIDIAShares, Share, false, nil},
+		{Gpuslice, Whole, true, nil}, {Gpuslice, Whole, false, nil}, {Gpuslice, Whole, false, none},
+		{NVIDIAPartitionable, Whole, false, nil}, {NVIDIADynamicMIG, Whole, false, nil},
 	}
 }
 
-// ParseCase reads SHAPE/WORKLOAD[/copies].
+// ParseCase reads SHAPE/WORKLOAD[/copies][/mig=PROFILES], PROFILES being
+// none or profiles separated by ':' (gpuslice only).
 func ParseCase(s string) (Case, error) {
 	parts := strings.Split(s, "/")
-	if len(parts) < 2 || len(parts) > 3 {
-		return Case{}, fmt.Errorf("case %q: want SHAPE/WORKLOAD[/copies], e.g. gpuslice/share/copies or nvidia-shares/share", s)
+	if len(parts) < 2 || len(parts) > 4 {
+		return Case{}, fmt.Errorf("case %q: want SHAPE/WORKLOAD[/copies][/mig=PROFILES], e.g. gpuslice/share/copies or nvidia-shares/share", s)
 	}
 	sh, err := ParseShape(parts[0])
 	if err != nil {
 		return Case{}, fmt.Errorf("case %q: %w", s, err)
 	}
 	c := Case{Shape: sh, Workload: Workload(parts[1])}
-	if len(parts) == 3 {
-		if parts[2] != "copies" || sh != Gpuslice {
-			return Case{}, fmt.Errorf("case %q: the third part can only be \"copies\", on shape gpuslice", s)
+	for _, p := range parts[2:] {
+		switch {
+		case p == "copies" && sh == Gpuslice && !c.TenantCopies:
+			c.TenantCopies = true
+		case strings.HasPrefix(p, "mig=") && sh == Gpuslice && c.MIGProfiles == nil:
+			list := strings.ReplaceAll(strings.TrimPrefix(p, "mig="), ":", ",")
+			if list == "all" || list == "" {
+				return Case{}, fmt.Errorf("case %q: mig=%s: leave it out for all profiles; want none or a list such as 1g.5gb:3g.20gb", s, list)
+			}
+			if c.MIGProfiles, err = dradriver.ParseMIGProfiles(list, nil); err != nil {
+				return Case{}, fmt.Errorf("case %q: %w", s, err)
+			}
+		default:
+			return Case{}, fmt.Errorf("case %q: %q: after SHAPE/WORKLOAD only copies and mig=PROFILES, each once, on shape gpuslice", s, p)
 		}
-		c.TenantCopies = true
 	}
 	if _, err := Claim(c.Shape, c.Workload, "ns", "x", ""); err != nil {
 		return Case{}, fmt.Errorf("case %q: %w", s, err)
@@ -115,6 +139,7 @@ type Result struct {
 	Nodes        int     `json:"nodes"`
 	Shape        Shape   `json:"shape"`
 	Workload     string  `json:"workload"`
+	MIGProfiles  string  `json:"migProfiles"` // gpuslice: dra-driver --mig-profiles
 	TenantCopies int     `json:"tenantCopies"` // tenants with a copy of each shared GPU (0: none)
 	Devices      int     `json:"devicesPerNode"`
 	Slices       int     `json:"slicesPerNode"`
@@ -218,6 +243,15 @@ func tenantsFor(n int) []string {
 
 func runCase(ctx context.Context, cfg Config, dir, version string, c Case) (Result, error) {
 	r := Result{Kubernetes: version, Nodes: cfg.Nodes, Shape: c.Shape, Workload: string(c.Workload)}
+	if c.Shape == Gpuslice {
+		r.MIGProfiles = "all"
+		if c.MIGProfiles != nil {
+			r.MIGProfiles = strings.Join(c.MIGProfiles, ",")
+			if len(c.MIGProfiles) == 0 {
+				r.MIGProfiles = "none"
+			}
+		}
+	}
 	tenants := tenantsFor(cfg.Tenants)
 	var copies []string
 	if c.TenantCopies {
@@ -225,7 +259,7 @@ func runCase(ctx context.Context, cfg Config, dir, version string, c Case) (Resu
 		r.TenantCopies = len(tenants)
 	}
 	// What one node publishes, for the table and the pod cap.
-	sample, err := NodeSlices(c.Shape, Node{Name: "node-0000", Model: cfg.Model, GPUs: cfg.GPUs}, copies, nil)
+	sample, err := NodeSlices(c.Shape, Node{Name: "node-0000", Model: cfg.Model, GPUs: cfg.GPUs}, copies, c.MIGProfiles)
 	if err != nil {
 		return r, err
 	}
@@ -276,7 +310,7 @@ func runCase(ctx context.Context, cfg Config, dir, version string, c Case) (Resu
 		if err := createNode(ctx, cs, name); err != nil {
 			return err
 		}
-		sl, err := NodeSlices(c.Shape, Node{Name: name, Model: cfg.Model, GPUs: cfg.GPUs}, copies, nil)
+		sl, err := NodeSlices(c.Shape, Node{Name: name, Model: cfg.Model, GPUs: cfg.GPUs}, copies, c.MIGProfiles)
 		if err != nil {
 			return err
 		}

@@ -107,17 +107,17 @@ func hash32(s string) uint32 {
 // DriverVersion is the NVIDIA driver version the slices carry.
 const DriverVersion = "580.65.06"
 
-// NodeSlices is what the shape publishes for node. tenants only matter
-// for Gpuslice: nil publishes one untainted shared device per GPU, else
-// one tainted copy per tenant (dradriver.Options.TenantIsolation).
-func NodeSlices(shape Shape, n Node, tenants []string, cat *catalog.Catalog) ([]resourceapi.ResourceSlice, error) {
-	if cat == nil {
-		cat = catalog.Default()
-	}
+// NodeSlices is what the shape publishes for node. tenants and
+// migProfiles only matter for Gpuslice: tenants nil publishes one
+// untainted shared device per GPU, else one tainted copy per tenant
+// (dradriver.Options.TenantIsolation); migProfiles are
+// dradriver.Options.MIGProfiles.
+func NodeSlices(shape Shape, n Node, tenants, migProfiles []string) ([]resourceapi.ResourceSlice, error) {
+	cat := catalog.Default()
 	switch shape {
 	case Gpuslice:
 		sl, err := dradriver.SlicesFor(n.allocNode(), 1, DriverVersion, cat,
-			dradriver.Options{TenantIsolation: tenants != nil, Tenants: tenants})
+			dradriver.Options{TenantIsolation: tenants != nil, Tenants: tenants, MIGProfiles: migProfiles})
 		if err != nil {
 			return nil, err
 		}
