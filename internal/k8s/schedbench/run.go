@@ -139,7 +139,7 @@ type Result struct {
 	Nodes        int     `json:"nodes"`
 	Shape        Shape   `json:"shape"`
 	Workload     string  `json:"workload"`
-	MIGProfiles  string  `json:"migProfiles"` // gpuslice: dra-driver --mig-profiles
+	MIGProfiles  string  `json:"migProfiles"`  // gpuslice: dra-driver --mig-profiles
 	TenantCopies int     `json:"tenantCopies"` // tenants with a copy of each shared GPU (0: none)
 	Devices      int     `json:"devicesPerNode"`
 	Slices       int     `json:"slicesPerNode"`
