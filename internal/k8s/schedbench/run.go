@@ -289,7 +289,10 @@ func runCase(ctx context.Context, cfg Config, dir, version string, c Case) (Resu
 		return r, err
 	}
 	rc := rest.CopyConfig(srv.Config)
-	rc.QPS, rc.Burst = 2000, 4000
+	// Creating thousands of objects on a busy machine: no client-side
+	// throttling (apitest's config carries a rate limiter), a longer
+	// timeout.
+	rc.QPS, rc.Burst, rc.RateLimiter, rc.Timeout = 2000, 4000, nil, 2*time.Minute
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return r, err
