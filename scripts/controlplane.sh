@@ -2,15 +2,26 @@
 # Builds, once, a real Kubernetes control plane for gpuslice's integration
 # tests (internal/k8s/apitest) and prints the directory holding it:
 #
-#   ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/v1.36.3/
-#     etcd                          go.etcd.io/etcd/server/v3 (version pinned by test/controlplane/go.mod)
-#     kube-apiserver                k8s.io/kubernetes/cmd/kube-apiserver v1.36.3
-#     kube-scheduler                k8s.io/kubernetes/cmd/kube-scheduler v1.36.3
-#     kube-controller-manager       k8s.io/kubernetes/cmd/kube-controller-manager v1.36.3
+#   ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/$K8S_VERSION/
+#     etcd                          go.etcd.io/etcd/server/v3 (the version Kubernetes pins: 3.6.8 for v1.36, 3.7.0 for v1.37)
+#     kube-apiserver                k8s.io/kubernetes/cmd/kube-apiserver $K8S_VERSION
+#     kube-scheduler                k8s.io/kubernetes/cmd/kube-scheduler $K8S_VERSION
+#     kube-controller-manager       k8s.io/kubernetes/cmd/kube-controller-manager $K8S_VERSION
 #                                   (apitest.StartControllerManager: device-taint
 #                                   eviction, ResourceClaim templates, ReplicaSets)
 #     karpenter.sh_nodepools.yaml   CRDs copied from the Go module sigs.k8s.io/karpenter
 #     karpenter.sh_nodeclaims.yaml
+#
+# Kubernetes versions (the first argument, else $K8S_VERSION, default
+# v1.36.3; keep the default in sync with internal/k8s/apitest):
+#   v1.36.3   test/controlplane/go.mod       (etcd v3.6.8)
+#   v1.37.2   test/controlplane/go.1.37.mod  (etcd v3.7.0)
+# Each version has its own go.mod for the one tools module (go build
+# -modfile=...), with its own go.sum beside it (go.1.37.sum): the same
+# tools.go pins the same commands, and only the build lists differ. The
+# version chosen is the one the modfile requires; any other is refused.
+#
+#   K8S_VERSION=v1.37.2 scripts/controlplane.sh   # or: scripts/controlplane.sh v1.37.2
 #
 # Everything comes from the Go module proxy; the build runs inside the
 # separate tools module test/controlplane, so the main module's go.mod and
@@ -30,9 +41,9 @@
 #   LOCK_TIMEOUT       seconds to wait for another run's lock (default 3600)
 set -euo pipefail
 
-# Keep in sync with internal/k8s/apitest (KubernetesVersion) and
-# test/controlplane/go.mod.
-K8S_VERSION=v1.36.3
+# The default: keep in sync with internal/k8s/apitest (DefaultKubernetesVersion)
+# and test/controlplane/go.mod.
+K8S_VERSION="${1:-${K8S_VERSION:-v1.36.3}}"
 KARPENTER_VERSION="${KARPENTER_VERSION:-v1.14.1}"
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -46,8 +57,22 @@ die() { log "ERROR: $*"; exit 1; }
 command -v go >/dev/null 2>&1 || die "go is not on PATH (Go 1.26 is needed)"
 command -v flock >/dev/null 2>&1 || die "flock is not on PATH (util-linux)"
 [ -f "$tools/go.mod" ] || die "$tools/go.mod is missing"
-grep -q "k8s.io/kubernetes $K8S_VERSION\$" "$tools/go.mod" ||
-  die "$tools/go.mod does not require k8s.io/kubernetes $K8S_VERSION; update K8S_VERSION in $0"
+case "$K8S_VERSION" in
+  v1.[0-9]*.[0-9]*) ;;
+  *) die "K8S_VERSION '$K8S_VERSION' is not a Kubernetes release like v1.36.3 or v1.37.2" ;;
+esac
+# go.mod holds the default version; go.1.MINOR.mod each other one.
+minor="${K8S_VERSION#v1.}"
+minor="${minor%%.*}"
+modfile=""
+for m in go.mod "go.1.$minor.mod"; do
+  if [ -f "$tools/$m" ] && grep -q "k8s.io/kubernetes $K8S_VERSION\$" "$tools/$m"; then
+    modfile="$m"
+    break
+  fi
+done
+[ -n "$modfile" ] || die "neither $tools/go.mod nor $tools/go.1.$minor.mod requires k8s.io/kubernetes $K8S_VERSION" \
+  "(supported: $(cd "$tools" && grep -ho 'k8s.io/kubernetes v[0-9.]*$' go.mod go.1.*.mod 2>/dev/null | cut -d' ' -f2 | paste -sd' '))"
 
 mkdir -p "$dir" || die "cannot create $dir"
 
@@ -84,8 +109,8 @@ gobuild() { # gobuild NAME PACKAGE [go build flags...]
   shift 2
   log "building $name ($pkg); this can take several minutes"
   local start=$SECONDS
-  (cd "$tools" && go build -trimpath "$@" -o "$work/$name" "$pkg") ||
-    die "building $name failed (go build $pkg in $tools); see the compiler output above"
+  (cd "$tools" && go build -modfile="$modfile" -trimpath "$@" -o "$work/$name" "$pkg") ||
+    die "building $name failed (go build -modfile=$modfile $pkg in $tools); see the compiler output above"
   mv -f "$work/$name" "$dir/$name" || die "cannot install $dir/$name"
   log "built $dir/$name in $((SECONDS - start)) s"
 }

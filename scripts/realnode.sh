@@ -3,9 +3,9 @@
 # tests (internal/k8s/nodetest) and the sandbox (scripts/sandbox.sh), and
 # prints the directory holding it:
 #
-#   ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/node/v1.36.3-containerd-v2.4.2/
-#     kubelet                   k8s.io/kubernetes/cmd/kubelet v1.36.3 (test/controlplane)
-#     kubectl                   k8s.io/kubernetes/cmd/kubectl v1.36.3 (for the sandbox's users)
+#   ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/node/$K8S_VERSION-containerd-v2.4.2/
+#     kubelet                   k8s.io/kubernetes/cmd/kubelet $K8S_VERSION (test/controlplane)
+#     kubectl                   k8s.io/kubernetes/cmd/kubectl $K8S_VERSION (for the sandbox's users)
 #     containerd                github.com/containerd/containerd/v2 v2.4.2 (test/noderuntime)
 #     containerd-shim-runc-v2
 #     ctr
@@ -24,6 +24,11 @@
 #   dir=$(scripts/realnode.sh)            # progress goes to stderr
 #   GPUSLICE_NODE_BIN=$dir go test ./internal/k8s/nodetest/
 #
+# The Kubernetes release is the first argument, else $K8S_VERSION, default
+# v1.36.3, as for scripts/controlplane.sh (v1.37.2 builds from
+# test/controlplane/go.1.37.mod); the tests pick it with
+# GPUSLICE_K8S_VERSION. scripts/test.sh runs the real node on v1.36.3 only.
+#
 # Environment:
 #   GPUSLICE_CACHE     cache root (default $HOME/.cache/gpuslice)
 #   GPUSLICE_NO_APT=1  never run apt-get (fail if a package is missing)
@@ -32,7 +37,7 @@ set -euo pipefail
 
 # Keep in sync with internal/k8s/nodetest (ContainerdVersion),
 # test/noderuntime/go.mod and scripts/controlplane.sh.
-K8S_VERSION=v1.36.3
+K8S_VERSION="${1:-${K8S_VERSION:-v1.36.3}}"
 CONTAINERD_VERSION=v2.4.2
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -69,7 +74,12 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # The control plane first: the kubelet reuses its build.
-"$root/scripts/controlplane.sh" >/dev/null
+"$root/scripts/controlplane.sh" "$K8S_VERSION" >/dev/null
+# controlplane.sh checked the release; its modfile builds the kubelet too.
+minor="${K8S_VERSION#v1.}"
+minor="${minor%%.*}"
+k8smodfile=go.mod
+grep -q "k8s.io/kubernetes $K8S_VERSION\$" "$k8stools/go.mod" || k8smodfile="go.1.$minor.mod"
 
 mkdir -p "$dir" || die "cannot create $dir"
 complete() {
@@ -115,8 +125,8 @@ k8sflags() {
   minor="${minor%%.*}"
   echo "-s -w -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=$major -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
 }
-[ -x "$dir/kubelet" ] || gobuild "$k8stools" kubelet k8s.io/kubernetes/cmd/kubelet -ldflags "$(k8sflags)"
-[ -x "$dir/kubectl" ] || gobuild "$k8stools" kubectl k8s.io/kubernetes/cmd/kubectl -ldflags "$(k8sflags)"
+[ -x "$dir/kubelet" ] || gobuild "$k8stools" kubelet k8s.io/kubernetes/cmd/kubelet -modfile="$k8smodfile" -ldflags "$(k8sflags)"
+[ -x "$dir/kubectl" ] || gobuild "$k8stools" kubectl k8s.io/kubernetes/cmd/kubectl -modfile="$k8smodfile" -ldflags "$(k8sflags)"
 
 ctrflags() {
   echo "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION -X github.com/containerd/containerd/v2/version.Revision=gpuslice"

@@ -4,6 +4,7 @@
 # command and exactly what .ci/run calls. No GPU is needed.
 #
 #   FUZZTIME=30s ./scripts/test.sh   # fuzz longer (default 5000 inputs per target; 0 skips)
+#   GPUSLICE_SKIP_K8S_137=1 ./scripts/test.sh   # skip the Kubernetes v1.37.2 phase
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +38,7 @@ fi
 phase "go vet: static checks of every package"
 go vet ./...
 
-phase "control plane: etcd + kube-apiserver v1.36.3 from the Go module proxy, built once into ~/.cache/gpuslice"
+phase "control plane: etcd + kube-apiserver v1.36.3 (the default release) from the Go module proxy, built once into ~/.cache/gpuslice"
 # The render integration tests validate every rendered Kubernetes object
 # against a real kube-apiserver. The first build takes 10-30 minutes on 2
 # cores; later runs reuse the cache. GPUSLICE_SKIP_APISERVER=1 skips them.
@@ -61,7 +62,8 @@ phase "gpuslice-scheduler: build it (cmd/gpuslice-scheduler, its own go.mod), ve
 # against those same packages too, instead of compiling kube-scheduler's
 # tree a second time (BENCHMARKS.md, "Build times").
 if [ "${GPUSLICE_SKIP_APISERVER:-}" != 1 ]; then
-  export GPUSLICE_SCHEDULER_BIN="$(scripts/gpuslice-scheduler.sh)"
+  GPUSLICE_SCHEDULER_BIN="$(scripts/gpuslice-scheduler.sh)"
+  export GPUSLICE_SCHEDULER_BIN
   (cd cmd/gpuslice-scheduler && export GOWORK=off GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0 &&
     go vet ./... && go test -count=1 ./...)
 else
@@ -126,6 +128,34 @@ phase "helm chart: deploy/helm/gpuslice linted and rendered through Helm's Go pa
 # strictly with k8s.io/api; the DeviceClasses must equal `gpuslice dra classes`;
 # every object passes a dry-run on the control plane above (skipped with it).
 (cd test/helmchart && GOFLAGS=-mod=readonly go test -count=1 ./...)
+
+phase "kubernetes v1.37.2: its control plane and gpuslice-scheduler, then the Kubernetes packages against them"
+# The matrix's second release (docs/kubernetes-versions.md): the same
+# tools module with test/controlplane/go.1.37.mod (etcd v3.7.0), the
+# plugin from cmd/gpuslice-scheduler/go.1.37.mod, vetted and unit-tested
+# with it, then every package that starts a control plane, with
+# GPUSLICE_K8S_VERSION=v1.37.2 (apitest fails if the binaries report
+# another release). internal/render is pure and runs above; the real node
+# stays on v1.36.3 (its tests skip here: no v1.37.2 kubelet is built).
+# A cold run builds a second control plane (about as long as the first);
+# GPUSLICE_SKIP_K8S_137=1 skips the phase.
+if [ "${GPUSLICE_SKIP_APISERVER:-}" != 1 ] && [ "${GPUSLICE_SKIP_K8S_137:-}" != 1 ]; then
+  k8s137=$(scripts/controlplane.sh v1.37.2)
+  echo "   control plane in $k8s137"
+  sched137=$(scripts/gpuslice-scheduler.sh v1.37.2)
+  (cd cmd/gpuslice-scheduler && export GOWORK=off GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0 &&
+    go vet -modfile=go.1.37.mod ./... && go test -modfile=go.1.37.mod -count=1 ./...)
+  (
+    export GPUSLICE_K8S_VERSION=v1.37.2 GPUSLICE_SCHEDULER_BIN="$sched137"
+    unset GPUSLICE_K8S_BIN GPUSLICE_NODE_BIN GPUSLICE_REQUIRE_NODE
+    go test -count=1 ./internal/k8s/apitest/ ./internal/k8s/dradriver/ ./internal/k8s/draplugin/ \
+      ./internal/k8s/drawebhook/ ./internal/k8s/scalezero/ ./internal/k8s/schedtest/
+    go test -count=1 -run '^TestDRADriverCommand$' ./internal/cli/
+    cd test/helmchart && GOFLAGS=-mod=readonly go test -count=1 .
+  )
+else
+  echo "   skipped (GPUSLICE_SKIP_K8S_137=1 or GPUSLICE_SKIP_APISERVER=1)"
+fi
 
 if [ "$fuzztime" != "0" ]; then
   phase "fuzz: every fuzz target, $fuzztime each"

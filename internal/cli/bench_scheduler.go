@@ -123,7 +123,7 @@ WORKLOAD is share (a 4Gi memory share) or whole (a whole GPU).`,
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&nodes, "nodes", []string{"50"}, "node counts, each a run of every case (e.g. 50,200,500)")
-	f.StringSliceVar(&kube, "kubernetes", nil, "Kubernetes versions (v1.37.2: the cache's build) or directories of binaries (default: apitest's, $"+apitest.EnvBinDir+" or the cache's "+apitest.KubernetesVersion+")")
+	f.StringSliceVar(&kube, "kubernetes", nil, "Kubernetes releases (v1.36.3, v1.37.2: scripts/controlplane.sh VERSION builds them into the cache) or directories of binaries (default: apitest's: $"+apitest.EnvBinDir+", else the cache's $"+apitest.EnvVersion+", else "+apitest.DefaultKubernetesVersion+")")
 	f.StringSliceVar(&cases, "cases", nil, "SHAPE/WORKLOAD[/copies] cases (default: all, see above)")
 	f.IntVar(&pods, "pods", 500, "pods per case (capped at what the nodes hold)")
 	f.IntVar(&tenants, "tenants", 10, "namespaces the pods come from (and tenants with copies)")

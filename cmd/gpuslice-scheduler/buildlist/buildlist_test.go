@@ -14,9 +14,9 @@ import (
 // goList runs go list in dir with the build scripts' settings and returns
 // its output; skip reports an environment that cannot load the module
 // (no network for a module the cache lacks), which is no verdict.
-func goList(t *testing.T, dir string, args ...string) (out string, skip bool) {
+func goList(t *testing.T, dir, modfile string, args ...string) (out string, skip bool) {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"list"}, args...)...)
+	cmd := exec.Command("go", append([]string{"list", "-modfile=" + modfile}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
 	var stdout, stderr bytes.Buffer
@@ -43,9 +43,12 @@ func modules(out string) map[string]string {
 	return m
 }
 
-// TestBuildListMatchesControlPlane: every module that provides a package to
-// gpuslice-scheduler and is also in the control plane tools module's build
-// list is selected at the same version, with the same replacement. The Go
+// TestBuildListMatchesControlPlane: for each Kubernetes release (go.mod:
+// v1.36.3; go.1.37.mod: v1.37.2, built with go build -modfile), every
+// module that provides a package to gpuslice-scheduler and is also in the
+// control plane tools module's build list for that release (the modfile of
+// the same name in test/controlplane) is selected at the same version,
+// with the same replacement. The Go
 // build cache keys a package compiled with -trimpath by its module's path
 // and selected version (and, through its imports, by every dependency's),
 // so one differing version anywhere below kube-scheduler, or k8s.io/api
@@ -62,20 +65,56 @@ func TestBuildListMatchesControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	controlplane := filepath.Join(self, "..", "..", "test", "controlplane")
-	// go test caches a result by the files the test itself opens inside
-	// this module, not by what go list reads: opening go.mod makes a change
-	// to it rerun the test. Changes to test/controlplane/go.mod or the main
-	// module's go.mod (outside this module) are not seen by that cache;
-	// scripts/test.sh runs this with -count=1.
-	if _, err := os.ReadFile(filepath.Join(self, "go.mod")); err != nil {
+	modfiles, err := filepath.Glob(filepath.Join(self, "go.*.mod"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	modfiles = append([]string{filepath.Join(self, "go.mod")}, modfiles...)
+	if len(modfiles) < 2 {
+		t.Fatalf("want go.mod and go.1.37.mod in %s, found %v", self, modfiles)
+	}
+	for _, mf := range modfiles {
+		name := filepath.Base(mf)
+		t.Run(name, func(t *testing.T) { checkBuildList(t, self, controlplane, name) })
+	}
+}
 
-	cpOut, skip := goList(t, controlplane, "-m", "-f", module, "all")
+// kubernetesRequire is the k8s.io/kubernetes version a go.mod requires.
+func kubernetesRequire(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "k8s.io/kubernetes" && strings.HasPrefix(f[1], "v1.") {
+			return f[1]
+		}
+	}
+	t.Fatalf("%s does not require k8s.io/kubernetes", path)
+	return ""
+}
+
+func checkBuildList(t *testing.T, self, controlplane, modfile string) {
+	const module = `{{.Path}} {{.Version}}{{with .Replace}} => {{.Version}}{{end}}`
+	// go test caches a result by the files the test itself opens inside
+	// this module, not by what go list reads: opening the modfiles makes a
+	// change to them rerun the test. Changes to test/controlplane's
+	// modfiles or the main module's go.mod (outside this module) are not
+	// seen by that cache; scripts/test.sh runs this with -count=1.
+	ourK8s := kubernetesRequire(t, filepath.Join(self, modfile))
+	if _, err := os.Stat(filepath.Join(controlplane, modfile)); err != nil {
+		t.Fatalf("test/controlplane has no %s to build the %s control plane this %s pairs with: %v", modfile, ourK8s, modfile, err)
+	}
+	if cpK8s := kubernetesRequire(t, filepath.Join(controlplane, modfile)); cpK8s != ourK8s {
+		t.Fatalf("%s requires k8s.io/kubernetes %s, test/controlplane/%s %s: they must be the same release", modfile, ourK8s, modfile, cpK8s)
+	}
+
+	cpOut, skip := goList(t, controlplane, modfile, "-m", "-f", module, "all")
 	if skip {
 		t.Skip("the control plane tools module cannot be loaded here (see the log)")
 	}
-	ourOut, skip := goList(t, self, "-deps", "-f", "{{with .Module}}"+module+"{{end}}", ".")
+	ourOut, skip := goList(t, self, modfile, "-deps", "-f", "{{with .Module}}"+module+"{{end}}", ".")
 	if skip {
 		t.Skip("this module's packages cannot be loaded here (see the log)")
 	}
@@ -104,8 +143,8 @@ func TestBuildListMatchesControlPlane(t *testing.T) {
 		t.Errorf("gpuslice-scheduler's build list differs from the control plane's in %d modules, so its build "+
 			"recompiles kube-scheduler instead of reusing scripts/controlplane.sh's packages:\n%s\n"+
 			"In cmd/gpuslice-scheduler, for a version newer than the control plane's: "+
-			"go mod edit -exclude=PATH@NEWER -require=PATH@CONTROLPLANE; for an older one: "+
-			"go mod edit -require=PATH@CONTROLPLANE (then check that go build still passes).",
-			len(diffs), strings.Join(diffs, "\n"))
+			"go mod edit -modfile=%s -exclude=PATH@NEWER -require=PATH@CONTROLPLANE; for an older one: "+
+			"go mod edit -modfile=%s -require=PATH@CONTROLPLANE (then check that go build -modfile=%s still passes).",
+			len(diffs), strings.Join(diffs, "\n"), modfile, modfile, modfile)
 	}
 }

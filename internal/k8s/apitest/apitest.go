@@ -28,14 +28,11 @@ import (
 	"k8s.io/client-go/restmapper"
 )
 
-// KubernetesVersion is the kube-apiserver version scripts/controlplane.sh
-// builds and the cache directory is named after.
-const KubernetesVersion = "v1.36.3"
-
 // Environment variables Start reads.
 const (
 	// EnvBinDir names a directory holding etcd, kube-apiserver and the
-	// Karpenter CRDs, instead of the cache directory.
+	// Karpenter CRDs, instead of the cache directory (its binaries must be
+	// the release GPUSLICE_K8S_VERSION selects: Launch checks).
 	EnvBinDir = "GPUSLICE_K8S_BIN"
 	// EnvCache is the cache root scripts/controlplane.sh builds into
 	// (default $HOME/.cache/gpuslice).
@@ -49,17 +46,9 @@ const (
 var requiredFiles = []string{"etcd", "kube-apiserver", "kube-scheduler", "karpenter.sh_nodepools.yaml", "karpenter.sh_nodeclaims.yaml"}
 
 // RuntimeConfig is the --runtime-config kube-apiserver runs with: every
-// version of resource.k8s.io that 1.36 can serve.
+// version of resource.k8s.io that 1.36 and 1.37 can serve (both still
+// serve v1beta1, v1beta2 and v1alpha3; only v1 is on by default).
 const RuntimeConfig = "resource.k8s.io/v1=true,resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true,resource.k8s.io/v1alpha3=true"
-
-// FeatureGates is the --feature-gates kube-apiserver runs with: every DRA
-// gate of 1.36 that can be switched on without another API group
-// (DynamicResourceAllocation and DRAAdminAccess are GA and locked on;
-// DRAWorkloadResourceClaims needs the GenericWorkload API).
-const FeatureGates = "DRAConsumableCapacity=true,DRADeviceBindingConditions=true,DRADeviceTaintRules=true," +
-	"DRADeviceTaints=true,DRAExtendedResource=true,DRAListTypeAttributes=true,DRANodeAllocatableResources=true," +
-	"DRAPartitionableDevices=true,DRAPrioritizedList=true,DRAResourceClaimDeviceStatus=true," +
-	"DRAResourceClaimGranularStatusAuthorization=true,DRAResourcePoolStatus=true"
 
 // Server is a running kube-apiserver with its etcd. Its methods are safe
 // for concurrent use.
@@ -73,6 +62,9 @@ type Server struct {
 	Client dynamic.Interface
 	// BinDir is the directory the binaries were started from.
 	BinDir string
+	// Version is the release the API server reports it runs (its
+	// /version), which Launch checked is the one Options.Version named.
+	Version Version
 	// CAFile is the cluster CA (it signs the serving and client
 	// certificates); SAKeyFile the service-account signing key; Dir the
 	// directory holding them and the components' logs.
@@ -89,30 +81,19 @@ type Server struct {
 }
 
 // BinDir returns the directory Start looks in: $GPUSLICE_K8S_BIN if set,
-// else ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/v1.36.3.
+// else ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/VERSION for the
+// release SelectedVersion names (v1.36.3 by default; for a version that is
+// not supported, the directory it would have).
 func BinDir() string {
 	if d := os.Getenv(EnvBinDir); d != "" {
 		return d
 	}
-	root := os.Getenv(EnvCache)
-	if root == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return ""
-		}
-		root = filepath.Join(home, ".cache", "gpuslice")
-	}
-	return filepath.Join(root, "k8s", KubernetesVersion)
+	return BinDirFor(SelectedVersionName())
 }
 
-// BinDirFor is BinDir for a Kubernetes version other than the default:
-// ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/<version>, where
-// scripts/controlplane.sh builds it. For KubernetesVersion it is BinDir
-// (so $GPUSLICE_K8S_BIN still applies).
+// BinDirFor is the cache directory scripts/controlplane.sh builds release
+// version into: ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/VERSION.
 func BinDirFor(version string) string {
-	if version == KubernetesVersion {
-		return BinDir()
-	}
 	root := os.Getenv(EnvCache)
 	if root == "" {
 		home, err := os.UserHomeDir()
@@ -168,7 +149,12 @@ type Options struct {
 	// AdmissionPlugins is --enable-admission-plugins (default: the
 	// API server's own defaults); a real node adds NodeRestriction.
 	AdmissionPlugins string
-	// ExtraFeatureGates are appended to FeatureGates.
+	// Version is the Kubernetes release (one of SupportedVersions) the
+	// binaries are: it picks the feature gates, and Launch fails when the
+	// API server reports another. Default: SelectedVersion.
+	Version string
+	// ExtraFeatureGates are appended to the version's feature gates
+	// (FeatureGatesFor).
 	ExtraFeatureGates string
 	// Args are further kube-apiserver flags, appended last.
 	Args []string
@@ -184,15 +170,31 @@ func (o Options) withDefaults() Options {
 	if o.AuthorizationModes == "" {
 		o.AuthorizationModes = "RBAC"
 	}
+	if o.Version == "" {
+		if v, err := SelectedVersion(); err == nil {
+			o.Version = v.Git
+		} else {
+			o.Version = os.Getenv(EnvVersion) // start reports the error
+		}
+	}
 	return o
 }
 
-// FeatureGates returns the API server's --feature-gates value.
+// FeatureGates returns the API server's --feature-gates value: those of
+// Options.Version (SelectedVersion when empty), then ExtraFeatureGates.
 func (o Options) FeatureGates() string {
-	if o.ExtraFeatureGates == "" {
-		return FeatureGates
+	o = o.withDefaults()
+	var gates string
+	if v, err := ParseVersion(o.Version); err == nil {
+		gates = FeatureGatesFor(v)
 	}
-	return FeatureGates + "," + o.ExtraFeatureGates
+	switch {
+	case o.ExtraFeatureGates == "":
+		return gates
+	case gates == "":
+		return o.ExtraFeatureGates
+	}
+	return gates + "," + o.ExtraFeatureGates
 }
 
 // Start launches etcd and kube-apiserver for the test, waits until the API
@@ -208,6 +210,9 @@ func Start(t testing.TB) *Server {
 func StartWith(t testing.TB, opts Options) *Server {
 	t.Helper()
 	dir := BinDir()
+	if opts.Version != "" && os.Getenv(EnvBinDir) == "" {
+		dir = BinDirFor(opts.Version)
+	}
 	SkipUnlessBuilt(t, dir)
 	s, stop, err := Launch(t.Context(), dir, t.TempDir(), opts)
 	// Stop whatever started, even on error; apiserver before etcd.
@@ -227,6 +232,9 @@ func StartWith(t testing.TB, opts Options) *Server {
 // when dir lacks the control plane's binaries.
 func SkipUnlessBuilt(t testing.TB, dir string) {
 	t.Helper()
+	if _, err := SelectedVersion(); err != nil {
+		t.Fatal("apitest: ", err) // a typo must not skip every test
+	}
 	why := missingFiles(dir)
 	if why == "" && !supported {
 		why = "the control plane runs only on Linux"
@@ -251,7 +259,16 @@ func Launch(ctx context.Context, dir, tmp string, opts Options) (*Server, func()
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return nil, func() string { return "" }, err
 	}
-	s, procs, err := start(ctx, dir, tmp, opts.withDefaults())
+	opts = opts.withDefaults()
+	want, err := supportedVersion("Options.Version", opts.Version)
+	if err != nil {
+		return nil, func() string { return "" }, err
+	}
+	s, procs, err := start(ctx, dir, tmp, opts)
+	if err == nil && s.Version.Git != want.Git {
+		err = fmt.Errorf("%s runs Kubernetes %s, not %s: set %s=%s (or build %s with K8S_VERSION=%s scripts/controlplane.sh)",
+			dir, s.Version, want, EnvVersion, s.Version, want, want)
+	}
 	var once sync.Once
 	var logs strings.Builder
 	stop := func() string {
@@ -399,11 +416,20 @@ func start(ctx context.Context, dir, tmp string, opts Options) (*Server, []*proc
 	if err != nil {
 		return nil, procs, err
 	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		return nil, procs, fmt.Errorf("reading the API server's version: %w", err)
+	}
+	running, err := ParseVersion(info.GitVersion)
+	if err != nil {
+		return nil, procs, fmt.Errorf("the API server's /version: %w", err)
+	}
 	s := &Server{
 		URL:        cfg.Host,
 		Config:     cfg,
 		Client:     client,
 		BinDir:     dir,
+		Version:    running,
 		CAFile:     p.caFile,
 		SAKeyFile:  p.saKey,
 		Dir:        tmp,

@@ -160,8 +160,12 @@ func TestAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v.GitVersion != KubernetesVersion {
-			t.Errorf("server version %q, want %q", v.GitVersion, KubernetesVersion)
+		want, err := SelectedVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.GitVersion != want.Git || s.Version != want {
+			t.Errorf("server version %q (Server.Version %+v), want %q", v.GitVersion, s.Version, want)
 		}
 		// Every resource.k8s.io version is served.
 		for _, gv := range []string{"resource.k8s.io/v1", "resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1alpha3", "karpenter.sh/v1"} {

@@ -4,10 +4,16 @@
 // admission, and every served version of resource.k8s.io.
 //
 // The binaries are not built by `go test`. scripts/controlplane.sh builds
-// etcd, kube-apiserver, kube-scheduler and kube-controller-manager v1.36.3 from the Go module proxy (in the separate
-// tools module test/controlplane, so this module never depends on
+// etcd, kube-apiserver, kube-scheduler and kube-controller-manager of one
+// Kubernetes release from the Go module proxy (in the separate tools
+// module test/controlplane, so this module never depends on
 // k8s.io/kubernetes) and copies the Karpenter NodePool/NodeClaim CRDs next to
-// them, in ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/v1.36.3/. Set
+// them, in ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/VERSION/. The
+// release is v1.36.3 unless GPUSLICE_K8S_VERSION names another of
+// [SupportedVersions] (v1.37.2: `K8S_VERSION=v1.37.2 scripts/controlplane.sh`);
+// it picks the directory, the feature gates ([FeatureGatesFor]) and the
+// gpuslice-scheduler binary, and [Server.Version] is what the running API
+// server reports, for tests whose expectations differ by release. Set
 // GPUSLICE_K8S_BIN to use another directory holding the same files.
 //
 // When the binaries are missing, [Start] skips the test, so `go test ./...`

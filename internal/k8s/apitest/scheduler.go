@@ -22,7 +22,7 @@ import (
 )
 
 // SchedulerConfigAPIVersion is the KubeSchedulerConfiguration version the
-// stock kube-scheduler v1.36 reads.
+// stock kube-scheduler reads (v1.36 and v1.37 alike).
 const SchedulerConfigAPIVersion = "kubescheduler.config.k8s.io/v1"
 
 // SchedulerOptions configure StartScheduler. The zero value runs the stock
@@ -209,7 +209,7 @@ func schedulerConfig(opts SchedulerOptions, kubeconfig string) ([]byte, error) {
 		}
 	}
 	if v, ok := cfg["apiVersion"]; ok && v != SchedulerConfigAPIVersion {
-		return nil, fmt.Errorf("SchedulerOptions.Config: apiVersion %v; kube-scheduler %s reads %s", v, KubernetesVersion, SchedulerConfigAPIVersion)
+		return nil, fmt.Errorf("SchedulerOptions.Config: apiVersion %v; kube-scheduler (1.36 and 1.37) reads %s", v, SchedulerConfigAPIVersion)
 	}
 	cfg["apiVersion"] = SchedulerConfigAPIVersion
 	cfg["kind"] = "KubeSchedulerConfiguration"

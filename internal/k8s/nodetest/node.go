@@ -27,7 +27,7 @@ import (
 )
 
 // ContainerdVersion is the containerd scripts/realnode.sh builds; the
-// cache directory is named after it and apitest.KubernetesVersion.
+// cache directory is named after it and apitest.SelectedVersionName.
 const ContainerdVersion = "v2.4.2"
 
 // Environment variables Start reads.
@@ -106,7 +106,9 @@ type Cluster struct {
 
 // BinDir returns where Start looks for the node's binaries:
 // $GPUSLICE_NODE_BIN if set, else
-// ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/node/v1.36.3-containerd-v2.4.2.
+// ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/node/VERSION-containerd-v2.4.2
+// (VERSION: apitest.SelectedVersionName, v1.36.3 by default;
+// `K8S_VERSION=VERSION scripts/realnode.sh` builds it).
 func BinDir() string {
 	if d := os.Getenv(EnvBinDir); d != "" {
 		return d
@@ -119,7 +121,7 @@ func BinDir() string {
 		}
 		root = filepath.Join(home, ".cache", "gpuslice")
 	}
-	return filepath.Join(root, "node", apitest.KubernetesVersion+"-containerd-"+ContainerdVersion)
+	return filepath.Join(root, "node", apitest.SelectedVersionName()+"-containerd-"+ContainerdVersion)
 }
 
 // Missing says why a real node cannot run on this machine ("" when it can):

@@ -119,10 +119,10 @@ spec:
 func usageText(p paths, kubectl string, imgs nodetest.ImageSet, nodeName string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
-	w("gpuslice sandbox: Kubernetes %s, node %s with a simulated DGX A100 (8 GPUs),", apitest.KubernetesVersion, nodeName)
+	w("gpuslice sandbox: Kubernetes %s, node %s with a simulated DGX A100 (8 GPUs),", apitest.SelectedVersionName(), nodeName)
 	w("the gpuslice chart installed as release %q in namespace %s.", realnode.Release, realnode.ReleaseNS)
 	w("")
-	w("Use it (kubectl %s, built by scripts/realnode.sh):", apitest.KubernetesVersion)
+	w("Use it (kubectl %s, built by scripts/realnode.sh):", apitest.SelectedVersionName())
 	w("")
 	w("  export KUBECONFIG=%s", p.Kubeconfig)
 	w("  KUBECTL=%s", kubectl)
