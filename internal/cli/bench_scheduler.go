@@ -18,6 +18,7 @@ func benchSchedulerCmd(e *env) *cobra.Command {
 	var nodes, kube, cases []string
 	var pods, tenants, workers, profileSeconds int
 	var timeout time.Duration
+	var allGates bool
 	var profileDir string
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -95,13 +96,13 @@ WORKLOAD is share (a 4Gi memory share) or whole (a whole GPU).`,
 			for _, n := range ns {
 				res, err := schedbench.Run(cmd.Context(), schedbench.Config{Nodes: n, Kubernetes: dirs, Cases: cs, Pods: pods,
 					Tenants: tenants, Timeout: timeout, Workers: workers, ProfileDir: profileDir, ProfileSeconds: profileSeconds,
-					Tmp: tmp, Log: e.errOut})
+					AllGates: allGates, Tmp: tmp, Log: e.errOut})
 				all = append(all, res...)
 				if err != nil {
 					return err
 				}
 			}
-			t := &table{header: []string{"NODES", "KUBERNETES", "SHAPE", "MIG PROFILES", "WORKLOAD", "TENANT COPIES", "DEVICES/NODE", "SLICES/NODE", "COUNTERS/NODE", "BOUND", "PODS/S", "CPU MS/POD"}}
+			t := &table{header: []string{"NODES", "KUBERNETES", "GATES", "SHAPE", "MIG PROFILES", "WORKLOAD", "TENANT COPIES", "DEVICES/NODE", "SLICES/NODE", "COUNTERS/NODE", "BOUND", "PODS/S", "CPU MS/POD"}}
 			for _, r := range all {
 				rate := fmt.Sprintf("%.2f", r.PodsPerSec)
 				if r.Error != "" {
@@ -113,7 +114,7 @@ WORKLOAD is share (a 4Gi memory share) or whole (a whole GPU).`,
 				if mig == "" {
 					mig = "-"
 				}
-				t.add(r.Nodes, r.Kubernetes, r.Shape, mig, r.Workload, r.TenantCopies, r.Devices, r.Slices, r.Counters,
+				t.add(r.Nodes, r.Kubernetes, r.Gates, r.Shape, mig, r.Workload, r.TenantCopies, r.Devices, r.Slices, r.Counters,
 					fmt.Sprintf("%d/%d", r.Bound, r.Pods), rate, fmt.Sprintf("%.1f", r.CPUPerPod))
 			}
 			t.notes = append(t.notes, "PODS/S: binds from the 10th to the 90th percentile; COUNTERS/NODE: counter consumptions summed over a node's devices; TENANT COPIES: tenants each shared GPU is published for",
@@ -131,6 +132,7 @@ WORKLOAD is share (a 4Gi memory share) or whole (a whole GPU).`,
 	f.DurationVar(&timeout, "timeout", 3*time.Minute, "longest a case schedules; what is bound by then is measured")
 	f.StringVar(&profileDir, "profile-dir", "", "save a CPU profile of kube-scheduler for each case here (from the 10th bind)")
 	f.IntVar(&profileSeconds, "profile-seconds", 20, "length of each profile")
+	f.BoolVar(&allGates, "all-gates", false, "run with apitest's feature gates (every DRA gate, alpha too) instead of each release's defaults")
 	return cmd
 }
 

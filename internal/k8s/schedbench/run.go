@@ -127,6 +127,10 @@ type Config struct {
 	// case (ProfileSeconds long, from the tenth bind).
 	ProfileDir     string
 	ProfileSeconds int
+	// AllGates runs the control planes with apitest's feature gates
+	// (every DRA gate, alpha ones too) instead of each release's
+	// defaults (OffByDefault switched back off).
+	AllGates bool
 	// Tmp holds the control planes' files.
 	Tmp string
 	// Log gets progress lines.
@@ -136,6 +140,7 @@ type Config struct {
 // Result is one case on one control plane.
 type Result struct {
 	Kubernetes   string  `json:"kubernetes"`
+	Gates        string  `json:"featureGates"` // "defaults" or "all" (apitest's)
 	Nodes        int     `json:"nodes"`
 	Shape        Shape   `json:"shape"`
 	Workload     string  `json:"workload"`
@@ -243,7 +248,10 @@ func tenantsFor(n int) []string {
 }
 
 func runCase(ctx context.Context, cfg Config, dir, version string, c Case) (Result, error) {
-	r := Result{Kubernetes: version, Nodes: cfg.Nodes, Shape: c.Shape, Workload: string(c.Workload)}
+	r := Result{Kubernetes: version, Nodes: cfg.Nodes, Shape: c.Shape, Workload: string(c.Workload), Gates: "defaults"}
+	if cfg.AllGates {
+		r.Gates = "all"
+	}
 	if c.Shape == Gpuslice {
 		r.MIGProfiles = "all"
 		if c.MIGProfiles != nil {
@@ -287,7 +295,11 @@ func runCase(ctx context.Context, cfg Config, dir, version string, c Case) (Resu
 	// A loopback API server: 1.37 refuses to start with the endpoint
 	// reconciler on (it cannot publish 127.0.0.1 as the kubernetes
 	// Service's endpoint); nothing here needs that Service.
-	srv, stop, err := apitest.Launch(ctx, dir, tmp, apitest.Options{Version: version, Args: []string{"--endpoint-reconciler-type=none"}})
+	opts := apitest.Options{Version: version, Args: []string{"--endpoint-reconciler-type=none"}}
+	if !cfg.AllGates {
+		opts.ExtraFeatureGates = offByDefault(version)
+	}
+	srv, stop, err := apitest.Launch(ctx, dir, tmp, opts)
 	defer stop()
 	if err != nil {
 		return r, err
@@ -453,6 +465,31 @@ loop:
 		return r, fmt.Errorf("no pod was bound in %s; kube-scheduler log:\n%s", cfg.Timeout, sched.Tail(2000))
 	}
 	return r, nil
+}
+
+// OffByDefault are the DRA feature gates apitest switches on that a
+// release has off by default (its alpha gates, and 1.36's
+// DRADeviceTaintRules), by minor version: some switch the scheduler to
+// the allocator's experimental code (DRADeviceCompatibilityGroups) or
+// add a pass over every slice of the cluster to each Filter
+// (DRANodeAllocatableResources), which a cluster with default gates
+// never runs.
+var OffByDefault = map[string][]string{
+	"1.36": {"DRADeviceTaintRules", "DRAListTypeAttributes", "DRANodeAllocatableResources", "DRAResourcePoolStatus"},
+	"1.37": {"DRADerivedAttributes", "DRADeviceCompatibilityGroups", "DRAListTypeAttributes", "DRANodeAllocatableResources",
+		"DRAPartitionableDevicesType", "DRAResourcePoolStatus"},
+}
+
+// offByDefault is the --feature-gates suffix that switches version's
+// OffByDefault gates back off.
+func offByDefault(version string) string {
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	minor := strings.Join(parts[:min(2, len(parts))], ".")
+	var out []string
+	for _, g := range OffByDefault[minor] {
+		out = append(out, g+"=false")
+	}
+	return strings.Join(out, ",")
 }
 
 // SteadyRate is binds per second over the middle 80% of the binds (from
