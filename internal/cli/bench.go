@@ -15,7 +15,7 @@ func benchCmd(e *env) *cobra.Command {
 		Use:   "bench",
 		Short: "Reproduce the measurements in BENCHMARKS.md",
 	}
-	cmd.AddCommand(benchPackingCmd(e), benchDRACmd(e), benchDRAOrderCmd(e), benchPlanCmd(e), benchPlanQualityCmd(e), benchNodesCmd(e), benchSimCmd(e))
+	cmd.AddCommand(benchPackingCmd(e), benchDRACmd(e), benchDRAOrderCmd(e), benchPlanCmd(e), benchPlanQualityCmd(e), benchNodesCmd(e), benchSimCmd(e), benchSchedulerCmd(e))
 	return cmd
 }
 

@@ -19,7 +19,7 @@ func draCmd(e *env) *cobra.Command {
 		Use:   "dra",
 		Short: "gpuslice as a Kubernetes DRA driver (" + dradriver.DriverName + ")",
 	}
-	var simulate, node, tenants, provider string
+	var simulate, node, tenants, provider, migProfiles string
 	var instanceTypes []string
 	slices := &cobra.Command{
 		Use:   "slices",
@@ -74,7 +74,11 @@ allocation, decides as Kubernetes does.`,
 			if err != nil {
 				return err
 			}
-			out, err := dradriver.SlicesFor(inv, 1, dev.Info().DriverVersion, nil, dradriver.Options{TenantIsolation: len(ts) > 0, Tenants: ts})
+			mp, err := dradriver.ParseMIGProfiles(migProfiles, nil)
+			if err != nil {
+				return fmt.Errorf("--mig-profiles: %w", err)
+			}
+			out, err := dradriver.SlicesFor(inv, 1, dev.Info().DriverVersion, nil, dradriver.Options{TenantIsolation: len(ts) > 0, Tenants: ts, MIGProfiles: mp})
 			if err != nil {
 				return err
 			}
@@ -90,6 +94,7 @@ allocation, decides as Kubernetes does.`,
 	slices.Flags().StringSliceVar(&instanceTypes, "instance-type", nil, "print the slices of a future node of these catalog instance types (comma-separated or repeated; gpuslice catalog instances lists them)")
 	slices.Flags().StringVar(&provider, "provider", "", "print the slices of every GPU instance type of this cloud (aws, azure, gcp)")
 	slices.Flags().StringVar(&tenants, "tenants", "", "comma-separated tenants: publish each shared GPU once per tenant, tainted (dra-driver's tenant isolation)")
+	slices.Flags().StringVar(&migProfiles, "mig-profiles", "all", "MIG profiles published (dra-driver's --mig-profiles): all, none or a list such as 1g.5gb,3g.20gb")
 	classes := &cobra.Command{
 		Use:   "classes",
 		Short: "Print the DeviceClasses claims name: " + dradriver.ClassGPU + " (also nvidia.com/gpu), " + dradriver.ClassShared + ", " + dradriver.ClassMIG,

@@ -27,9 +27,9 @@ import (
 // draDriverCmd runs the node side of the DRA driver: the kubelet plugin.
 func draDriverCmd(e *env) *cobra.Command {
 	var (
-		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen, xidNoSchedule, tenants, noTenantNS string
-		watchInterval, memoryGrace                                                                                                                    time.Duration
-		tenantIsolation, watchNamespaces, migBinding                                                                                                  bool
+		node, simulate, kubeconfig, cdiDir, stateDir, registrarDir, mpsRoot, mpsControl, migMinors, metricsListen, xidNoSchedule, tenants, noTenantNS, migProfilesFlag string
+		watchInterval, memoryGrace                                                                                                                                     time.Duration
+		tenantIsolation, watchNamespaces, migBinding                                                                                                                   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
@@ -103,6 +103,10 @@ outside the process by writing requests to <state-dir>/` + FaultDirName + ` ("gp
 			if err != nil {
 				return fmt.Errorf("--tenants: %w", err)
 			}
+			migProfiles, err := dradriver.ParseMIGProfiles(migProfilesFlag, nil)
+			if err != nil {
+				return fmt.Errorf("--mig-profiles: %w", err)
+			}
 			noCopies, err := dradriver.ParseNamespaces(noTenantNS)
 			if err != nil {
 				return fmt.Errorf("--no-tenant-namespaces: %w", err)
@@ -123,7 +127,7 @@ outside the process by writing requests to <state-dir>/` + FaultDirName + ` ("gp
 			cfg := draplugin.Config{Node: node, Device: dev, CDIDir: cdiDir, StateDir: stateDir, RegistrarDir: registrarDir,
 				MPSRoot: mpsRoot, MPSControl: mpsControl, Log: log, MemoryGrace: memoryGrace, MIGBindingConditions: migBinding,
 				Health:    &dradriver.HealthPolicy{NoSchedule: noSchedule},
-				Isolation: dradriver.Options{TenantIsolation: tenantIsolation, Tenants: static}}
+				Isolation: dradriver.Options{TenantIsolation: tenantIsolation, Tenants: static, MIGProfiles: migProfiles}}
 			if m, ok := dev.(*fake.Machine); ok {
 				cfg.Kill = m.StopProcess
 				if !cmd.Flags().Changed("mps-control") {
@@ -180,6 +184,7 @@ outside the process by writing requests to <state-dir>/` + FaultDirName + ` ("gp
 	f.StringVar(&xidNoSchedule, "xid-noschedule", joinXIDs(dradriver.DefaultNoScheduleXIDs),
 		"non-fatal XIDs that taint the GPU's devices NoSchedule (comma-separated, or none); fatal XIDs always taint NoExecute")
 	f.BoolVar(&migBinding, "mig-binding-conditions", true, "publish MIG devices with binding conditions and create their instances before the pod binds (needs Kubernetes 1.36: DRADeviceBindingConditions; false: created at prepare)")
+	f.StringVar(&migProfilesFlag, "mig-profiles", "all", "MIG profiles published at every placement: all, none (MIG-capable GPUs as whole and shared GPUs only) or a list such as 1g.5gb,3g.20gb,7g.40gb; fewer devices per node make every kube-scheduler Filter cheaper")
 	f.DurationVar(&memoryGrace, "memory-grace", 30*time.Second, "how long a claim under memoryPolicy kill may stay over its memory")
 	return cmd
 }

@@ -201,6 +201,7 @@ driver:
   tenants: [team-a, team-b]
   noTenantNamespaces: [infra, batch-system]
   xidNoSchedule: [63, 92]
+  migProfiles: [1g.5gb, 3g.20gb, 7g.40gb]
 scheduler:
   placement: spread
   leaderElect: false
@@ -233,6 +234,8 @@ func TestValuesRefused(t *testing.T) {
 		{`driver: {memoryGrace: 30}`, `at '/driver/memoryGrace'`},
 		{`driver: {kubeletDir: var/lib/kubelet}`, `at '/driver/kubeletDir'`},
 		{`driver: {xidNoSchedule: [abc]}`, `at '/driver/xidNoSchedule/0'`},
+		{`driver: {migProfiles: some}`, `at '/driver/migProfiles'`},
+		{`driver: {migProfiles: [3g]}`, `at '/driver/migProfiles'`},
 		{`driver: {noTenantNamespaces: [Team_A]}`, `at '/driver/noTenantNamespaces/0'`},
 		// the templates' own checks (schema cannot say "required when").
 		{`webhook: {tls: {mode: certManager}}`, `webhook.tls.certManager.issuerRef.name is required`},

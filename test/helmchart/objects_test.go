@@ -299,6 +299,13 @@ func checkDriver(t *testing.T, r rendered, vals map[string]any) {
 	if d, ok := vals["driver"].(map[string]any); ok && d["xidNoSchedule"] != nil && !slices.Contains(args, "--xid-noschedule=63,92") {
 		t.Errorf("driver args %v: want --xid-noschedule=63,92", args)
 	}
+	wantMIG := "--mig-profiles=all"
+	if d, ok := vals["driver"].(map[string]any); ok && d["migProfiles"] != nil {
+		wantMIG = "--mig-profiles=1g.5gb,3g.20gb,7g.40gb"
+	}
+	if !slices.Contains(args, wantMIG) {
+		t.Errorf("driver args %v: want %s", args, wantMIG)
+	}
 	if args[0] != "dra-driver" {
 		t.Fatalf("driver args %v: want dra-driver first", args)
 	}

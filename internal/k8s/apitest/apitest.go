@@ -105,6 +105,15 @@ func BinDirFor(version string) string {
 	return filepath.Join(root, "k8s", version)
 }
 
+// Built says why dir cannot run a control plane (nil when it can): the
+// files it lacks.
+func Built(dir string) error {
+	if why := missingFiles(dir); why != "" {
+		return errors.New(why)
+	}
+	return nil
+}
+
 // missingFiles returns what dir lacks of requiredFiles ("" when complete).
 func missingFiles(dir string) string {
 	if dir == "" {
@@ -540,6 +549,7 @@ type process struct {
 	name string
 	cmd  *exec.Cmd
 	log  string
+	url  string        // https://127.0.0.1:PORT of a component serving HTTPS (startComponent)
 	done chan struct{} // closed once the process has exited and been reaped
 	err  error         // cmd.Wait's result, once done is closed
 }

@@ -125,6 +125,9 @@ func (sc *Scheduler) Stop() {
 // Tail returns up to the last n bytes of the scheduler's log.
 func (sc *Scheduler) Tail(n int64) string { return sc.proc.tail(n) }
 
+// PID is the scheduler's process ID (for reading its CPU time).
+func (sc *Scheduler) PID() int { return sc.proc.cmd.Process.Pid }
+
 func startScheduler(ctx context.Context, s *Server, tmp string, opts SchedulerOptions) (*Scheduler, error) {
 	kubeconfig := filepath.Join(tmp, "scheduler.kubeconfig")
 	if err := writeKubeconfig(kubeconfig, s); err != nil {
@@ -189,7 +192,8 @@ func startComponent(ctx context.Context, name, bin, tmp, path string, wait time.
 		if err != nil {
 			return nil, "", err
 		}
-		url := "https://127.0.0.1:" + strconv.Itoa(ports[0]) + path
+		proc.url = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+		url := proc.url + path
 		last = proc.waitUntil(ctx, wait, func(ctx context.Context) error { return schedulerReady(ctx, url) })
 		if last == nil {
 			return proc, logFile, nil

@@ -57,6 +57,12 @@ func InstanceTypeSlices(instanceType, node string, cat *catalog.Catalog) ([]reso
 		return nil, fmt.Errorf("instance type %s: %w", it.Name, err)
 	}
 	k := maxShares(model.MemoryMiB)
+	sets := map[string]resourceapi.CounterSet{}
+	for _, sl := range out {
+		for _, cs := range sl.Spec.SharedCounters {
+			sets[cs.Name] = cs
+		}
+	}
 	for i := range out {
 		out[i].Labels[InstanceTypeLabel] = it.Name
 		for j := range out[i].Spec.SharedCounters {
@@ -68,7 +74,21 @@ func InstanceTypeSlices(instanceType, node string, cat *catalog.Catalog) ([]reso
 				delete(d.Attributes, a)
 			}
 			if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
-				continue // a share: one unit of each counter per allocation
+				// A share: one unit of each counter per allocation, and
+				// one of each memory slice, so that a MIG placement
+				// (which takes all of one) excludes it: charged per
+				// allocation, "instances" alone cannot say that.
+				use := make([]resourceapi.DeviceCounterConsumption, len(d.ConsumesCounters))
+				for c, dc := range d.ConsumesCounters {
+					use[c] = resourceapi.DeviceCounterConsumption{CounterSet: dc.CounterSet, Counters: maps.Clone(dc.Counters)}
+					for name := range sets[dc.CounterSet].Counters {
+						if strings.HasPrefix(name, "memory-slice-") {
+							use[c].Counters[name] = resourceapi.Counter{Value: qty(1)}
+						}
+					}
+				}
+				d.ConsumesCounters = use
+				continue
 			}
 			// Copies: Slices shares one consumption between the whole GPU
 			// and its shared device.

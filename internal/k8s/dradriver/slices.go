@@ -60,9 +60,16 @@ func dnsPart(s string) string {
 // slice, as the API requires. All slices form one pool named after the
 // node, at generation gen.
 //
-// Devices are ordered smallest first, and among placements of one profile
-// in mig.Geometry.FirstFitOrder: the stock allocator takes the first
-// device that fits, so the order decides where its instances go.
+// Each GPU's devices come in this order: the whole GPU, the shared GPU
+// (or the tenants' copies of it), then the MIG placements smallest
+// profile first and, among placements of one profile, in
+// mig.Geometry.FirstFitOrder: the stock allocator takes the first device
+// that fits, so the order decides where its instances go. The whole and
+// shared GPUs come first because the stock allocator evaluates the
+// claim's class selector on every device it walks past, on every node it
+// filters: a share or whole-GPU claim then stops at the first devices
+// instead of walking 25 MIG placements per GPU (docs/scheduler-cost.md).
+// Each class selects one type, so this order changes no allocation.
 //
 // No static order serves every arrival order: on an A100 1g,1g,1g,4g needs
 // the 1g devices in slices 4-6 and 1g,1g,2g,3g needs them in 0-3, and
@@ -85,10 +92,11 @@ func Slices(node alloc.Node, gen int64, driverVersion string, cat *catalog.Catal
 }
 
 // SlicesFor is Slices with the shared devices as opts say. With tenant
-// isolation each GPU's slice keeps its MIG devices and the whole GPU, and
-// the tenants' copies of the shared GPUs follow in slices of their own
-// (GPU by GPU, tenants in name order, 64 devices to a slice), all in the
-// node's one pool, so the counter sets they consume are the same.
+// isolation each GPU's slice holds its whole GPU, the tenants' copies of
+// its shared GPU (tenants in name order) as far as the API's 64 devices a
+// slice allow, then its MIG devices; copies beyond that
+// follow in slices of their own (GPU by GPU, 64 devices to a slice), all
+// in the node's one pool, so the counter sets they consume are the same.
 func SlicesFor(node alloc.Node, gen int64, driverVersion string, cat *catalog.Catalog, opts Options) ([]resourceapi.ResourceSlice, error) {
 	if cat == nil {
 		cat = catalog.Default()
@@ -111,11 +119,16 @@ func SlicesFor(node alloc.Node, gen int64, driverVersion string, cat *catalog.Ca
 				return nil, fmt.Errorf("node %s GPU %d: %w", node.Name, g.Index, err)
 			}
 		}
-		devs, set := gpuDevices(g, model, geo, driverVersion)
+		devs, set := gpuDevices(g, model, geo, driverVersion, opts.MIGProfiles)
 		if opts.TenantIsolation {
 			i := slices.IndexFunc(devs, func(d resourceapi.Device) bool { return *d.Attributes["type"].StringValue == TypeShared })
-			copies = append(copies, tenantCopies(devs[i], g.Index, tenants)...)
+			mine := tenantCopies(devs[i], g.Index, tenants)
 			devs = slices.Delete(devs, i, i+1)
+			// As many copies as the GPU's slice has room for go first in
+			// it, the rest in slices of their own.
+			room := min(max(maxDevicesWithCounters-len(devs), 0), len(mine))
+			devs = slices.Insert(devs, i, mine[:room]...)
+			copies = append(copies, mine[room:]...)
 		}
 		if len(devs) > maxDevicesWithCounters {
 			return nil, fmt.Errorf("node %s GPU %d: %d devices, a slice holds at most %d", node.Name, g.Index, len(devs), maxDevicesWithCounters)
@@ -149,7 +162,11 @@ func SlicesFor(node alloc.Node, gen int64, driverVersion string, cat *catalog.Ca
 }
 
 // gpuDevices is one GPU's devices and, when it has MIG, its counter set.
-func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersion string) ([]resourceapi.Device, *resourceapi.CounterSet) {
+//
+// profiles, when not nil, are the MIG profiles published (others are
+// left out, and so are their counters where no published profile needs
+// them).
+func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersion string, profiles []string) ([]resourceapi.Device, *resourceapi.CounterSet) {
 	base := fmt.Sprintf("gpu-%d", g.Index)
 	common := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"index":        intAttr(int64(g.Index)),
@@ -197,34 +214,40 @@ func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersio
 		whole.ConsumesCounters, shared.ConsumesCounters = use, use
 		return []resourceapi.Device{shared, whole}, set
 	}
-	set := &resourceapi.CounterSet{Name: base, Counters: map[string]resourceapi.Counter{
-		counterCompute:   {Value: qty(geo.ComputeSlices)},
-		counterInstances: {Value: qty(geo.MaxInstances)},
-		counterME:        {Value: qty(1)},
-	}}
-	for i := range geo.Slices {
-		set.Counters[counterSlice(i)] = resourceapi.Counter{Value: qty(1)}
+	var publish []bool
+	if profiles != nil {
+		publish = make([]bool, len(geo.Shapes))
+		for i := range geo.Shapes {
+			publish[i] = slices.Contains(profiles, geo.Shapes[i].Name)
+		}
 	}
-	for _, s := range geo.Shapes {
-		set.Counters[counterProfile(s.Name)] = resourceapi.Counter{Value: qty(s.MaxCount)}
+	plan := placementCounters(geo, publish)
+	counters := func(m map[string]int) map[string]resourceapi.Counter {
+		out := make(map[string]resourceapi.Counter, len(m))
+		for k, v := range m {
+			out[k] = resourceapi.Counter{Value: qty(v)}
+		}
+		return out
 	}
-	// The whole GPU (MIG off) takes every slice, all compute and every
-	// instance, so nothing else on the GPU can be allocated beside it.
-	all := map[string]resourceapi.Counter{counterCompute: {Value: qty(geo.ComputeSlices)}, counterInstances: {Value: qty(geo.MaxInstances)}}
-	for i := range geo.Slices {
-		all[counterSlice(i)] = resourceapi.Counter{Value: qty(1)}
-	}
-	whole.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: base, Counters: all}}
+	set := &resourceapi.CounterSet{Name: base, Counters: counters(plan.set)}
+	// The whole GPU (MIG off) takes every instance, so nothing else on
+	// the GPU can be allocated beside it; so does the shared GPU.
+	whole.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: base, Counters: counters(plan.whole)}}
 	shared.ConsumesCounters = whole.ConsumesCounters
 	type placed struct {
 		shape *mig.Shape
 		start int
 		rank  int // the start's place in the profile's first-fit order
+		use   map[string]int
 	}
 	var ps []placed
 	for i := range geo.Shapes {
+		if publish != nil && !publish[i] {
+			continue
+		}
 		for r, st := range geo.FirstFitOrder(i) {
-			ps = append(ps, placed{&geo.Shapes[i], st, r})
+			j := slices.Index(geo.Shapes[i].Starts, st)
+			ps = append(ps, placed{&geo.Shapes[i], st, r, plan.mig[i][j]})
 		}
 	}
 	sort.SliceStable(ps, func(i, j int) bool {
@@ -242,17 +265,7 @@ func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersio
 	})
 	var devs []resourceapi.Device
 	for _, p := range ps {
-		use := map[string]resourceapi.Counter{
-			counterCompute:               {Value: qty(p.shape.Compute)},
-			counterInstances:             {Value: qty(1)},
-			counterProfile(p.shape.Name): {Value: qty(1)},
-		}
-		for i := p.start; i < p.start+p.shape.Size; i++ {
-			use[counterSlice(i)] = resourceapi.Counter{Value: qty(1)}
-		}
-		if p.shape.ME {
-			use[counterME] = resourceapi.Counter{Value: qty(1)}
-		}
+		use := counters(p.use)
 		devs = append(devs, resourceapi.Device{
 			Name: fmt.Sprintf("%s-mig-%s-at-%d", base, dnsPart(p.shape.Name), p.start),
 			Attributes: attrs(TypeMIG, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
@@ -264,7 +277,7 @@ func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersio
 			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: base, Counters: use}},
 		})
 	}
-	return append(devs, shared, whole), set
+	return append([]resourceapi.Device{whole, shared}, devs...), set
 }
 
 func productName(m *catalog.GPU) string {

@@ -113,6 +113,12 @@ type Options struct {
 	// Tenants are the tenants copies are published for (deduplicated and
 	// sorted; at most MaxTenants).
 	Tenants []string
+	// MIGProfiles, when not nil, are the only MIG profiles published
+	// (ParseMIGProfiles; a GPU lacking one just has the others): fewer
+	// devices, and often fewer counters, per node, which the stock
+	// scheduler pays for on every node it filters. Empty: none, the
+	// GPUs are published as whole and shared GPUs only.
+	MIGProfiles []string
 }
 
 // TenantOf is the tenant of a namespace: its gpuslice.dev/tenant label,

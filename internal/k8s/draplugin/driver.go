@@ -274,7 +274,8 @@ func (d *Driver) SetTenants(ctx context.Context, tenants []string) (bool, error)
 	if slices.Equal(all, d.cfg.Isolation.Tenants) {
 		return false, nil
 	}
-	opts := dradriver.Options{TenantIsolation: true, Tenants: all}
+	opts := d.cfg.Isolation
+	opts.Tenants = all
 	sl, err := dradriver.SlicesFor(d.inv, 0, d.cfg.Device.Info().DriverVersion, d.cfg.Catalog, opts)
 	if err != nil {
 		return false, err
