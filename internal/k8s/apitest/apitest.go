@@ -286,7 +286,8 @@ func Launch(ctx context.Context, dir, tmp string, opts Options) (*Server, func()
 func start(ctx context.Context, dir, tmp string, opts Options) (*Server, []*process, error) {
 	var procs []*process
 	var extraIPs []net.IP
-	if ip := net.ParseIP(opts.BindAddress); ip == nil {
+	ip := net.ParseIP(opts.BindAddress)
+	if ip == nil {
 		return nil, procs, fmt.Errorf("Options.BindAddress: %q is not an IP address", opts.BindAddress)
 	} else if !ip.IsLoopback() {
 		extraIPs = append(extraIPs, ip)
@@ -370,6 +371,16 @@ func start(ctx context.Context, dir, tmp string, opts Options) (*Server, []*proc
 		}
 		if opts.AdmissionPlugins != "" {
 			args = append(args, "--enable-admission-plugins="+opts.AdmissionPlugins)
+		}
+		if ip.IsLoopback() {
+			// The "kubernetes" Service's endpoints cannot hold a loopback
+			// address (Endpoints validation rejects it): 1.36's lease
+			// reconciler only fails to write them, 1.37's API server
+			// refuses to start ("cannot use public IP 127.0.0.1 with
+			// endpoint reconciler"; pkg/controlplane/instance.go).
+			// A real node (nodetest) binds a routable address and keeps
+			// the reconciler.
+			args = append(args, "--endpoint-reconciler-type=none")
 		}
 		args = append(args, opts.Args...)
 		api, err := startProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver"), filepath.Join(tmp, "kube-apiserver.log"), args...)
