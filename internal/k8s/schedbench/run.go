@@ -292,10 +292,9 @@ func runCase(ctx context.Context, cfg Config, dir, version string, c Case) (Resu
 		return r, err
 	}
 	defer os.RemoveAll(tmp)
-	// A loopback API server: 1.37 refuses to start with the endpoint
-	// reconciler on (it cannot publish 127.0.0.1 as the kubernetes
-	// Service's endpoint); nothing here needs that Service.
-	opts := apitest.Options{Version: version, Args: []string{"--endpoint-reconciler-type=none"}}
+	// A loopback API server (apitest turns the endpoint reconciler off
+	// for it, which 1.37 requires).
+	opts := apitest.Options{Version: version}
 	if !cfg.AllGates {
 		opts.ExtraFeatureGates = offByDefault(version)
 	}
