@@ -85,7 +85,7 @@ func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
 	migClaim := c.claimPod(claimSpec{name: "mig", class: dradriver.ClassMIG,
 		selector: `device.attributes["gpu.gpuslice.dev"].parentUUID == "` + gpus[3].UUID + `" && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`})
 
-	for cl, want := range map[*resourceapi.ResourceClaim]string{whole: "gpu-0", ts: "gpu-1-shared", migClaim: "gpu-3-mig-1g-5gb-at-6"} {
+	for cl, want := range map[*resourceapi.ResourceClaim]string{whole: "gpu-0", ts: "gpu-1-shared", migClaim: "gpu-3-mig-1g-5gb-at-5"} { // the 1g first in mig.Geometry.FirstFitOrder
 		if got := allocatedDevice(cl); got != want {
 			t.Fatalf("claim %s allocated %s, want %s", cl.Name, got, want)
 		}
