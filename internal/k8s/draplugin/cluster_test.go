@@ -118,14 +118,14 @@ func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
 		cdiIDs[cl.Name] = dev.CdiDeviceIds
 	}
 
-	// The hardware now: MIG on GPU 3 with one 1g.5gb at slice 6, the rest
+	// The hardware now: MIG on GPU 3 with one 1g.5gb at slice 5, the rest
 	// whole; GPU 2 in EXCLUSIVE_PROCESS for MPS.
 	gpus, err = m.GPUs(c.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := gpus[3]; !g.MIGEnabled || len(g.Instances) != 1 || g.Instances[0].Profile != "1g.5gb" || g.Instances[0].Start != 6 {
-		t.Fatalf("GPU 3 after prepare: MIG %v, instances %+v; want one 1g.5gb at 6", g.MIGEnabled, g.Instances)
+	if g := gpus[3]; !g.MIGEnabled || len(g.Instances) != 1 || g.Instances[0].Profile != "1g.5gb" || g.Instances[0].Start != 5 {
+		t.Fatalf("GPU 3 after prepare: MIG %v, instances %+v; want one 1g.5gb at 5", g.MIGEnabled, g.Instances)
 	}
 	if gpus[2].ComputeMode != gpu.ComputeExclusiveProcess {
 		t.Fatalf("GPU 2 (MPS) compute mode %v", gpus[2].ComputeMode)
