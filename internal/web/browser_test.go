@@ -101,7 +101,10 @@ func (p *page) eval(expr string, out any) {
 // page's CSP needs no eval) until it is true.
 func (p *page) wait(what, cond string) {
 	p.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	// Generous: on a loaded 2-core CI machine the 8,000-GPU page of
+	// TestDashboardAtScale took over 15 s to sign a tenant in; this is a
+	// wait, not a timing.
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var ok bool
 		p.eval("!!("+cond+")", &ok)
