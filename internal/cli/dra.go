@@ -25,7 +25,8 @@ func draCmd(e *env) *cobra.Command {
 		Use:   "slices",
 		Short: "Print the ResourceSlices this host's GPUs are published as",
 		Long: `Prints, as YAML documents, the resource.k8s.io/v1 ResourceSlices the DRA driver
-publishes for this host's GPUs (the real ones through NVML, else simulated):
+publishes for this host's GPUs (the real ones through NVML; with --simulate a simulated
+machine — without an NVIDIA driver it says what to check and never simulates on its own):
 every whole GPU, the whole GPU shared by memory (consumable capacity), and
 every MIG profile at every start as partitionable devices whose shared
 counters allow exactly NVIDIA's layouts. The stock kube-scheduler allocates
@@ -62,7 +63,7 @@ allocation, decides as Kubernetes does.`,
 			if err != nil {
 				return fmt.Errorf("--tenants: %w", err)
 			}
-			dev, _, err := openDeviceFor(simulate, node, true, slog.New(slog.NewTextHandler(e.errOut, nil)))
+			dev, _, err := openDeviceFor(simulate, node, false, slog.New(slog.NewTextHandler(e.errOut, nil)))
 			if err != nil {
 				return err
 			}

@@ -80,7 +80,7 @@ labelled gpuslice.dev/tenant-copies=false (a namespace labelled gpuslice.dev/ten
 or whose tenant is in --tenants, always has copies; a copy an allocated claim holds stays until
 it is released). --tenant-isolation=false publishes one untainted shared device per GPU.
 
-Without an NVIDIA driver (or with --simulate) it runs on simulated GPUs whose MIG layout is kept
+With --simulate it runs on simulated GPUs whose MIG layout is kept
 in --state-dir. Their MPS devices get gpuslice's simulated control daemon (<state-dir>/bin/
 nvidia-cuda-mps-control, a link to this binary: a control socket, pid file and log in each pipe
 directory, the defaults it was given in its ` + mpssim.LimitsFile + ` file, no MPS server;
@@ -119,7 +119,7 @@ outside the process by writing requests to <state-dir>/` + FaultDirName + ` ("gp
 			if err != nil {
 				return err
 			}
-			dev, why, err := openDeviceFor(simulate, node, true, log, filepath.Join(stateDir, "simulated-gpus.json"))
+			dev, why, err := openDeviceFor(simulate, node, false, log, filepath.Join(stateDir, "simulated-gpus.json"))
 			if err != nil {
 				return err
 			}

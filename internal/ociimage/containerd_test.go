@@ -92,9 +92,16 @@ func TestImagesRunUnderContainerd(t *testing.T) {
 			t.Errorf("gpuslice --version as uid %s printed %q, want %q", user, out, want)
 		}
 	}
-	out = c.ctr(t, "run", "--rm", gs, "gpuslice-slices", "/gpuslice", "dra", "slices", "--node", "n1")
+	out = c.ctr(t, "run", "--rm", gs, "gpuslice-slices", "/gpuslice", "dra", "slices", "--simulate", "dgx-a100", "--node", "n1")
 	if !strings.Contains(out, "kind: ResourceSlice") {
 		t.Errorf("gpuslice dra slices printed no ResourceSlice:\n%s", out)
+	}
+	// Without --simulate the image's loader looks for NVML (no driver is
+	// mounted here) and the command says what to check instead of
+	// publishing simulated GPUs.
+	out = c.ctrQuiet("run", "--rm", gs, "gpuslice-slices-nvml", "/gpuslice", "dra", "slices", "--node", "n1")
+	if strings.Contains(out, "kind: ResourceSlice") || !strings.Contains(out, "libnvidia-ml.so.1") {
+		t.Errorf("gpuslice dra slices without NVML and without --simulate printed:\n%s", out)
 	}
 
 	sched := images["gpuslice-scheduler-"+version+".tar"]
