@@ -19,8 +19,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/agent"
-	"github.com/gpuslice/gpuslice/internal/agent/mps"
-	"github.com/gpuslice/gpuslice/internal/agent/watchdog"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
+	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/autoscale"

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuslice/gpuslice/internal/agent/mps/mpssim"
+	"github.com/gpuslice/gpuslice/internal/node/mps/mpssim"
 )
 
 // Multicall runs the program a multicall name calls for and reports

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/agent/mps"
-	"github.com/gpuslice/gpuslice/internal/agent/mps/mpssim"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
+	"github.com/gpuslice/gpuslice/internal/node/mps/mpssim"
 )
 
 // TestMain makes the test binary a multicall binary, as main makes

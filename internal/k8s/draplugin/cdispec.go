@@ -8,7 +8,7 @@ import (
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpuslice/gpuslice/internal/agent/cdi"
+	"github.com/gpuslice/gpuslice/internal/node/cdi"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 )
 

@@ -11,9 +11,9 @@
 // (ClaimSharing, decoded by a SharingDecoder), and makes it true on the
 // GPUs through internal/gpu: MIG mode and the instance at the allocated
 // placement, whole GPUs out of MIG mode, the MPS control daemon of each
-// MPS device (internal/agent/mps: started, or joined; the client's thread
+// MPS device (internal/node/mps: started, or joined; the client's thread
 // percentage and pinned memory limit go in its environment), and a CDI
-// spec per claim (internal/agent/cdi) whose edits carry the device nodes,
+// spec per claim (internal/node/cdi) whose edits carry the device nodes,
 // CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, the MPS pipe directory
 // mount and CUDA_MPS_* variables. The CDI device ids go back to the
 // kubelet. Unprepare undoes it: the spec removed, the MIG instance
@@ -27,7 +27,7 @@
 // unknown claim succeeds. Decisions are pure (planClaim, conflict,
 // cdiSpec); Driver applies them.
 //
-// The standalone agent's memory watchdog (internal/agent/watchdog) runs
+// The standalone agent's memory watchdog (internal/node/watchdog) runs
 // over the prepared claims (Watch), and Collector exports per-claim
 // gpuslice_slice_* metrics with namespace, pod and claim labels.
 //

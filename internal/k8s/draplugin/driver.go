@@ -19,9 +19,9 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpuslice/gpuslice/internal/agent"
-	"github.com/gpuslice/gpuslice/internal/agent/cdi"
-	"github.com/gpuslice/gpuslice/internal/agent/mps"
-	"github.com/gpuslice/gpuslice/internal/agent/watchdog"
+	"github.com/gpuslice/gpuslice/internal/node/cdi"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
+	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/gpu"

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/agent/mps/mpssim"
+	"github.com/gpuslice/gpuslice/internal/node/mps/mpssim"
 )
 
 // The commands gpuslice sends are read; anything else is refused with the

@@ -1,6 +1,6 @@
 // Package mpssim is a simulated nvidia-cuda-mps-control: the MPS control
 // daemon and its control client, as far as gpuslice uses them
-// (internal/agent/mps), for simulated GPUs where no NVIDIA driver is.
+// (internal/node/mps), for simulated GPUs where no NVIDIA driver is.
 //
 // The gpuslice binary runs Main when it is called by the control binary's
 // name (a symbolic link made by Install, as `gpuslice dra-driver

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/agent/mps"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
 )
 
 // Default directories, as nvidia-cuda-mps-control's when

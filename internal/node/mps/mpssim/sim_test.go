@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/agent/mps"
-	"github.com/gpuslice/gpuslice/internal/agent/mps/mpssim"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
+	"github.com/gpuslice/gpuslice/internal/node/mps/mpssim"
 )
 
 // TestMain makes the test binary a multicall binary, as the gpuslice

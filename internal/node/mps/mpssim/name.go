@@ -3,7 +3,7 @@ package mpssim
 import (
 	"path/filepath"
 
-	"github.com/gpuslice/gpuslice/internal/agent/mps"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
 )
 
 // IsControlBinary reports whether a program name (os.Args[0]) calls for

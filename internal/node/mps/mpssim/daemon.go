@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/agent/mps"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
 )
 
 // Files of a simulated daemon: SocketFile, LimitsFile and mps.PIDFile in
