@@ -11,14 +11,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/node/cdi"
-	"github.com/gpuslice/gpuslice/internal/node/mps"
-	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/node/cdi"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
+	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 	"github.com/gpuslice/gpuslice/internal/server"
 )
 

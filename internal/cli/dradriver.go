@@ -14,14 +14,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuslice/gpuslice/internal/node/cdi"
-	"github.com/gpuslice/gpuslice/internal/node/mps"
-	"github.com/gpuslice/gpuslice/internal/node/mps/mpssim"
-	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
 	"github.com/gpuslice/gpuslice/internal/k8s/scalezero"
+	"github.com/gpuslice/gpuslice/internal/node/cdi"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
+	"github.com/gpuslice/gpuslice/internal/node/mps/mpssim"
+	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 )
 
 // draDriverCmd runs the node side of the DRA driver: the kubelet plugin.

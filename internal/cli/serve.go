@@ -19,8 +19,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuslice/gpuslice/internal/agent"
-	"github.com/gpuslice/gpuslice/internal/node/mps"
-	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/autoscale"
@@ -29,6 +27,8 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/gpu/nvml"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
+	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 	"github.com/gpuslice/gpuslice/internal/server"
 	"github.com/gpuslice/gpuslice/internal/state"
 )

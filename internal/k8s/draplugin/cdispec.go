@@ -8,8 +8,8 @@ import (
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpuslice/gpuslice/internal/node/cdi"
 	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/node/cdi"
 )
 
 // specName is the name of a claim's CDI spec file (cdi.WriteFile):

@@ -19,13 +19,13 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/gpuslice/gpuslice/internal/agent"
-	"github.com/gpuslice/gpuslice/internal/node/cdi"
-	"github.com/gpuslice/gpuslice/internal/node/mps"
-	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/node/cdi"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
+	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 )
 
 // Default paths on a node.

@@ -9,12 +9,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/mig"
+	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 )
 
 // claimUsage is what the watchdog measured for a claim: memory now, SM

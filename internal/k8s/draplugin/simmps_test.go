@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/node/mps"
-	"github.com/gpuslice/gpuslice/internal/node/mps/mpssim"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
+	"github.com/gpuslice/gpuslice/internal/node/mps/mpssim"
 )
 
 // TestMain makes the test binary a multicall binary, as the gpuslice

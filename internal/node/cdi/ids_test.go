@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/node/cdi"
 	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/node/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/node/mps"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
 )
 
 // TestReconcileRefusesHostileDaemons: a device id or a directory that did

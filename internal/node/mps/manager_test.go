@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuslice/gpuslice/internal/node/mps"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
 )
 
 // fakeScript stands in for nvidia-cuda-mps-control. `-d` logs the

@@ -5,10 +5,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/node/mps"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/node/mps"
 )
 
 // pipeDir is alloc.PipeDirectory of an id the test knows is fine.
