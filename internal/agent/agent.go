@@ -13,9 +13,9 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
-	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/node/cdi"
 	"github.com/gpuslice/gpuslice/internal/node/mps"
 	"github.com/gpuslice/gpuslice/internal/node/watchdog"
@@ -56,12 +56,12 @@ type Config struct {
 	Workloads Workloads
 }
 
-// Agent keeps one node's GPUs in line with the server's allocations.
+// Agent keeps one node's GPUs in line with the server's allocations,
+// through internal/node (the rules the DRA plugin follows too).
 type Agent struct {
-	cfg     Config
-	last    alloc.Node // inventory last reported
-	watch   *watchdog.Watcher
-	enforce *watchdog.Enforcer
+	cfg  Config
+	last alloc.Node // inventory last reported
+	node *node.Node
 	// events and usage wait here until a heartbeat carries them.
 	events []api.Event
 	usage  []server.UsageSample
@@ -91,11 +91,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MemoryGrace <= 0 {
 		cfg.MemoryGrace = 30 * time.Second
 	}
-	a := &Agent{cfg: cfg, enforce: watchdog.NewEnforcer(0)}
-	ignore := func(int) bool { return false }
-	if cfg.MPS != nil {
-		ignore = func(pid int) bool { _, ok := cfg.MPS.ServerPIDs()[pid]; return ok }
-	}
+	a := &Agent{cfg: cfg}
 	owner := cfg.Owner
 	if cfg.Workloads != nil {
 		a.sim = newSimulator(cfg.Workloads)
@@ -103,33 +99,18 @@ func New(cfg Config) (*Agent, error) {
 			owner = a.sim.Owner
 		}
 	}
-	a.watch = watchdog.New(watchdog.Config{Clock: cfg.Clock, Owner: owner, Ignore: ignore})
+	n, err := node.New(node.Config{Device: cfg.Device, Log: cfg.Log, Clock: cfg.Clock, MPS: cfg.MPS, CDIDir: cfg.CDIDir,
+		Owner: owner, Kill: cfg.Kill, MemoryGrace: cfg.MemoryGrace})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a.node = n
 	return a, nil
 }
 
-// Inventory turns what the device layer sees into the allocator's node.
-// Every GPU allows dynamic MIG; sharing is left to the server (dynamic).
-func Inventory(name string, gpus []gpu.GPU) (alloc.Node, error) {
-	n := alloc.Node{Name: name}
-	for _, g := range gpus {
-		model := g.Model
-		if model == "" {
-			m, err := catalog.Default().GPU(g.Name)
-			if err != nil {
-				return n, fmt.Errorf("GPU %d (%s): %w", g.Index, g.Name, err)
-			}
-			model = m.ID
-		}
-		ag := alloc.GPU{UUID: g.UUID, Index: g.Index, Model: model, Healthy: g.Healthy,
-			MIGEnabled: g.MIGEnabled, DynamicMIG: g.MIGCapable, Sharing: alloc.Sharing{Mode: alloc.Dynamic}}
-		for _, in := range g.Instances {
-			ag.Instances = append(ag.Instances, alloc.MIGInstance{UUID: in.UUID, Profile: in.Profile, Start: in.Start,
-				Sharing: alloc.Sharing{Mode: alloc.Dynamic}, GIID: &in.GIID})
-		}
-		n.GPUs = append(n.GPUs, ag)
-	}
-	return n, nil
-}
+// Inventory turns what the device layer sees into the allocator's node
+// (node.Inventory).
+func Inventory(name string, gpus []gpu.GPU) (alloc.Node, error) { return node.Inventory(name, gpus) }
 
 // Register reports the node to the server.
 func (a *Agent) Register(ctx context.Context) error {
@@ -219,16 +200,16 @@ func (a *Agent) Step(ctx context.Context) error {
 		// keep its instance busy when the plan destroys it.
 		errs = append(errs, a.sim.sync(ctx, a.cfg.Device, claims, a.cfg.Name)...)
 	}
-	for _, act := range Plan(claims, a.cfg.Name) {
-		if err := a.apply(ctx, act); err != nil {
-			errs = append(errs, err)
-		}
+	rep, err := a.node.Realize(ctx, wantOf(claims, a.cfg.Name))
+	if err != nil {
+		errs = append(errs, err)
 	}
+	errs = append(errs, rep.Errs()...)
 	gpus, err := a.cfg.Device.GPUs(ctx)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	errs = append(errs, a.node(ctx, claims, gpus)...)
+	errs = append(errs, a.duties(ctx, claims, gpus)...)
 	inv, err := Inventory(a.cfg.Name, gpus)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
@@ -248,31 +229,32 @@ func (a *Agent) Step(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// node runs the per-step duties beyond MIG layouts: MPS daemons, the
-// memory watchdog (usage and enforcement) and CDI specs.
-func (a *Agent) node(ctx context.Context, claims []api.Claim, gpus []gpu.GPU) []error {
+// duties runs the per-step duties beyond the GPUs' layout, through the
+// node side: MPS daemons, the memory watchdog (usage and enforcement) and
+// CDI specs.
+func (a *Agent) duties(ctx context.Context, claims []api.Claim, gpus []gpu.GPU) []error {
 	var errs []error
 	now := a.cfg.Clock()
-	if a.cfg.MPS != nil {
+	if a.node.RunsDaemons() {
 		want, _ := mps.Resolve(mps.WantFromClaims(claims, a.cfg.Name), gpus)
-		rep, err := a.cfg.MPS.Reconcile(ctx, want)
+		rep, err := a.node.Daemons(ctx, want)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		a.events = append(a.events, rep.Events(claims, a.cfg.Name, now)...)
 	}
 	a.events = append(a.events, a.drift(claims, gpus, now)...)
-	res := a.watch.Watch(ctx, a.cfg.Device, claims, a.cfg.Name)
+	res := a.node.Watch(ctx, claims, a.cfg.Name)
 	errs = append(errs, res.Errors...)
 	a.events = append(a.events, res.Events...)
-	a.events = append(a.events, a.enforce.Enforce(ctx, res.Violations, a.cfg.Kill, a.cfg.MemoryGrace, now)...)
+	a.events = append(a.events, res.Enforced...)
 	a.usage = mergeUsage(a.usage, res.Usage)
 	if a.cfg.CDIDir != "" {
 		host := cdi.Host{GPUs: gpus}
 		if m, err := cdi.ReadMIGMinors(a.cfg.MIGMinors); err == nil {
 			host.MIGMinors = m
 		}
-		if _, err := cdi.Sync(a.cfg.CDIDir, claims, a.cfg.Name, host); err != nil {
+		if _, err := a.node.SyncSpecs(claims, a.cfg.Name, host); err != nil {
 			errs = append(errs, err)
 		}
 	}

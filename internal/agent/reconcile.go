@@ -1,17 +1,14 @@
 package agent
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"sort"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
-	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/node"
 )
 
-// Action is one hardware step the agent takes.
+// Action is one layout change the server decided for this node.
 type Action struct {
 	Kind    alloc.ChangeKind
 	GPU     string // GPU uuid
@@ -57,65 +54,80 @@ func Plan(claims []api.Claim, node string) []Action {
 	return out
 }
 
-// apply makes one action true if it is not already (idempotent): the
-// hardware is read first, so a restarted agent adopts what exists.
-func (a *Agent) apply(ctx context.Context, act Action) error {
-	gpus, err := a.cfg.Device.GPUs(ctx)
-	if err != nil {
-		return err
-	}
-	var g *gpu.GPU
-	for i := range gpus {
-		if gpus[i].UUID == act.GPU {
-			g = &gpus[i]
+// wantOf is what the claims on node decide for its GPUs (node.Want):
+// every device a live claim holds, with the layout changes of Plan — a
+// MIG instance its claim creates (by plan) is made, a destroyed one is
+// released. A whole GPU is made whatever the claim's state (out of MIG
+// mode, its compute mode, its time slice); a MIG instance no change
+// creates is only held (never re-created: Agent.drift reports it). The
+// interval of a time-sliced GPU is the one the change configuring it
+// names. Pure.
+func wantOf(claims []api.Claim, nodeName string) node.Want {
+	actions := Plan(claims, nodeName)
+	creates := map[string]bool{}
+	var w node.Want
+	for _, a := range actions {
+		switch a.Kind {
+		case alloc.CreateInstance:
+			creates[a.Device] = true
+		case alloc.DestroyInstance:
+			w.Release = append(w.Release, node.Hold{GPU: a.GPU, Instance: a.Device, Profile: a.Profile, Start: a.Start})
 		}
 	}
-	if g == nil {
-		return fmt.Errorf("%s on GPU %s: %w", act.Kind, act.GPU, gpu.ErrNotFound)
+	for _, c := range claims {
+		if c.Allocation == nil || c.State.Final() {
+			continue
+		}
+		for _, d := range c.Allocation.Devices {
+			if d.Node != nodeName {
+				continue
+			}
+			h := node.Hold{Claim: c.ID, GPU: d.GPU, Mode: d.Mode, Make: true}
+			if d.Device != d.GPU {
+				h.Profile, h.Start, h.Make = d.Profile, d.Start, creates[d.Device]
+				if !alloc.IsPlanned(d.Device) {
+					h.Instance = d.Device
+				}
+			} else if d.Mode == alloc.TimeSlice {
+				h.Interval = intervalOf(c.Allocation, d)
+			}
+			w.Holds = append(w.Holds, h)
+		}
 	}
-	// Creates match by placement (the planned id is not a uuid yet);
-	// destroys match by uuid only.
-	find := func(byPlacement bool) *gpu.Instance {
-		for i := range g.Instances {
-			in := &g.Instances[i]
-			if in.UUID == act.Device || (byPlacement && in.Profile == act.Profile && in.Start == act.Start) {
-				return in
+	// A destroy is its claim's release: claims are told apart by the
+	// claim whose change it is.
+	for i := range w.Release {
+		w.Release[i].Claim = releaser(claims, nodeName, w.Release[i].Instance)
+	}
+	return w
+}
+
+// intervalOf is the time-slice interval the allocation configured its
+// whole GPU with ("" when no change of it names one).
+func intervalOf(a *alloc.Allocation, d alloc.Assigned) string {
+	for _, ch := range a.Changes {
+		if ch.Sharing == nil || ch.GPU != d.GPU || (ch.Kind != alloc.ConfigureShare && ch.Kind != alloc.DisableMIG) {
+			continue
+		}
+		if ch.Kind == alloc.ConfigureShare && ch.Device != d.Device {
+			continue
+		}
+		return ch.Sharing.Interval
+	}
+	return ""
+}
+
+// releaser is the claim whose change destroys the instance.
+func releaser(claims []api.Claim, nodeName, instance string) string {
+	for _, c := range claims {
+		if c.Allocation == nil {
+			continue
+		}
+		for _, ch := range c.Allocation.Changes {
+			if ch.Kind == alloc.DestroyInstance && ch.Node == nodeName && ch.Device == instance {
+				return c.ID
 			}
 		}
-		return nil
 	}
-	switch act.Kind {
-	case alloc.EnableMIG, alloc.DisableMIG:
-		want := act.Kind == alloc.EnableMIG
-		if g.MIGEnabled == want {
-			return nil
-		}
-		return a.cfg.Device.SetMIGMode(ctx, g.Index, want)
-	case alloc.CreateInstance:
-		if !g.MIGEnabled {
-			return fmt.Errorf("creating %s@%d on GPU %d: MIG is off: %w", act.Profile, act.Start, g.Index, gpu.ErrNoMIG)
-		}
-		if find(true) != nil {
-			return nil
-		}
-		in, err := a.cfg.Device.CreateInstance(ctx, g.Index, act.Profile, act.Start)
-		if err != nil {
-			return fmt.Errorf("creating %s@%d on GPU %d: %w", act.Profile, act.Start, g.Index, err)
-		}
-		a.cfg.Log.Info("created MIG instance", "gpu", g.Index, "profile", act.Profile, "start", act.Start, "uuid", in.UUID)
-		return nil
-	case alloc.DestroyInstance:
-		in := find(false)
-		if in == nil {
-			return nil
-		}
-		if err := a.cfg.Device.DestroyInstance(ctx, g.Index, in.UUID); err != nil {
-			if errors.Is(err, gpu.ErrInUse) {
-				return fmt.Errorf("not destroying %s on GPU %d: a process uses it: %w", in.UUID, g.Index, err)
-			}
-			return err
-		}
-		a.cfg.Log.Info("destroyed MIG instance", "gpu", g.Index, "uuid", in.UUID)
-	}
-	return nil
+	return ""
 }

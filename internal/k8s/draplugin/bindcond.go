@@ -305,18 +305,12 @@ func (d *Driver) makeInstances(ctx context.Context, claim *resourceapi.ResourceC
 		return 0, err
 	}
 	d.cfg.Observe(StepIntent, uid)
-	gpus, err := d.cfg.Device.GPUs(ctx)
+	isMIG := func(dev preparedDevice) bool { return dev.Type == dradriver.TypeMIG }
+	err = d.makeDevices(ctx, &rec, isMIG)
 	made := 0
-	for i := range rec.Devices {
-		dev := &rec.Devices[i]
-		if err != nil || dev.Type != dradriver.TypeMIG {
-			continue
-		}
-		gpus, err = d.migInstance(ctx, gpus, uid, dev)
-		if err == nil {
+	for _, dev := range rec.Devices {
+		if isMIG(dev) && dev.ID != "" {
 			made++
-		} else {
-			err = fmt.Errorf("claim %s/%s: device %s: %w", rec.Namespace, rec.Name, dev.Device, err)
 		}
 	}
 	if ctx.Err() != nil {
@@ -347,7 +341,7 @@ func (d *Driver) releaseLocked(ctx context.Context, uid string) error {
 	if rec == nil || rec.State != stateBinding {
 		return nil
 	}
-	if err := d.destroyInstances(ctx, uid, rec, " made before bind"); err != nil {
+	if err := d.releaseDevices(ctx, uid, rec, " made before bind"); err != nil {
 		return err
 	}
 	delete(d.claims, uid)

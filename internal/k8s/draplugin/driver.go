@@ -18,11 +18,11 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"github.com/gpuslice/gpuslice/internal/agent"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/node/cdi"
 	"github.com/gpuslice/gpuslice/internal/node/mps"
 	"github.com/gpuslice/gpuslice/internal/node/watchdog"
@@ -126,13 +126,13 @@ type Driver struct {
 	// (Prepare reads the table under mu, publish the slices under hmu).
 	slices []resourceapi.ResourceSlice
 	table  map[string]deviceInfo
-	mps    *mps.Manager // nil: no daemons
 	models map[int]*catalog.GPU
+	// node drives the GPUs, the MPS daemons, the CDI specs and the
+	// watchdog by the rules the standalone agent follows too.
+	node *node.Node
 
 	mu     sync.Mutex
 	claims map[string]*claimRecord // the checkpoint's content
-	watch  *watchdog.Watcher
-	enf    *watchdog.Enforcer
 	usage  map[string]claimUsage
 	// lastWatch is when Watch last ran.
 	lastWatch time.Time
@@ -197,7 +197,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing GPUs: %w", err)
 	}
-	inv, err := agent.Inventory(cfg.Node, gpus)
+	inv, err := node.Inventory(cfg.Node, gpus)
 	if err != nil {
 		return nil, err
 	}
@@ -217,27 +217,26 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, inv: inv, slices: sl, table: table, claims: claims, models: map[int]*catalog.GPU{},
-		enf: watchdog.NewEnforcer(0), usage: map[string]claimUsage{},
-		health: dradriver.InitialHealth(gpus, cfg.Clock())}
+		usage: map[string]claimUsage{}, health: dradriver.InitialHealth(gpus, cfg.Clock())}
 	d.published = dradriver.TaintSlices(sl, d.health)
 	for _, g := range inv.GPUs {
 		if m, err := cfg.Catalog.GPU(g.Model); err == nil {
 			d.models[g.Index] = m
 		}
 	}
+	var daemons *mps.Manager // nil: no daemons
 	if cfg.MPSControl != "" {
-		d.mps = mps.NewManager(mps.Config{Runner: cfg.MPSRunner, Binary: cfg.MPSControl, Compute: cfg.Device,
+		daemons = mps.NewManager(mps.Config{Runner: cfg.MPSRunner, Binary: cfg.MPSControl, Compute: cfg.Device,
 			Root: cfg.MPSRoot, Clock: cfg.Clock, Log: cfg.Log})
 	}
 	owner := cfg.Owner
 	if owner == nil {
 		owner = func(int) (string, bool) { return "", false }
 	}
-	ignore := func(int) bool { return false }
-	if d.mps != nil {
-		ignore = func(pid int) bool { _, ok := d.mps.ServerPIDs()[pid]; return ok }
+	if d.node, err = node.New(node.Config{Device: cfg.Device, Catalog: cfg.Catalog, Log: cfg.Log, Clock: cfg.Clock, MPS: daemons,
+		CDIDir: cfg.CDIDir, Owner: owner, Kill: cfg.Kill, MemoryGrace: cfg.MemoryGrace}); err != nil {
+		return nil, fmt.Errorf("draplugin: %w", err)
 	}
-	d.watch = watchdog.New(watchdog.Config{Clock: cfg.Clock, Owner: owner, Ignore: ignore})
 	return d, nil
 }
 
@@ -516,25 +515,11 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		return nil, err
 	}
 	d.cfg.Observe(StepIntent, uid)
-	gpus, err := d.cfg.Device.GPUs(ctx)
-	if err != nil {
+	if err := d.makeDevices(ctx, &rec, func(preparedDevice) bool { return true }); err != nil {
 		return nil, err
 	}
 	for i := range rec.Devices {
 		dev := &rec.Devices[i]
-		if dev.Type == dradriver.TypeMIG {
-			if gpus, err = d.migInstance(ctx, gpus, uid, dev); err != nil {
-				return nil, fmt.Errorf("claim %s/%s: device %s: %w", rec.Namespace, rec.Name, dev.Device, err)
-			}
-		} else if gpus, err = d.wholeGPU(ctx, gpus, uid, *dev); err != nil {
-			return nil, fmt.Errorf("claim %s/%s: device %s: %w", rec.Namespace, rec.Name, dev.Device, err)
-		}
-		if timeSliced(*dev) {
-			level := timeSliceLevels(d.claims)[dev.GPUIndex]
-			if err := d.cfg.Device.SetTimeSlice(ctx, dev.GPUIndex, level); err != nil {
-				return nil, fmt.Errorf("claim %s/%s: device %s: setting time-slice interval %s: %w", rec.Namespace, rec.Name, dev.Device, level, err)
-			}
-		}
 		if dev.Mode == alloc.MPS {
 			if dev.PipeDir, _, err = pipeDirs(d.cfg.MPSRoot, dev.ID); err != nil {
 				return nil, err
@@ -550,14 +535,15 @@ func (d *Driver) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 	if slices.ContainsFunc(rec.Devices, func(dev preparedDevice) bool { return dev.Mode == alloc.MPS }) {
 		d.cfg.Observe(StepMPSReady, uid)
 	}
-	if gpus, err = d.cfg.Device.GPUs(ctx); err != nil {
+	gpus, err := d.cfg.Device.GPUs(ctx)
+	if err != nil {
 		return nil, err
 	}
 	spec, _, err := cdiSpec(rec, cdi.Host{GPUs: gpus, MIGMinors: d.cfg.MIGMinors})
 	if err != nil {
 		return nil, err
 	}
-	if _, err := cdi.WriteFile(d.cfg.CDIDir, specName(uid), spec); err != nil {
+	if _, err := d.node.WriteSpec(specName(uid), spec); err != nil {
 		return nil, fmt.Errorf("claim %s/%s: writing the CDI spec: %w", rec.Namespace, rec.Name, err)
 	}
 	d.cfg.Observe(StepCDIWritten, uid)
@@ -583,123 +569,6 @@ func (d *Driver) result(rec claimRecord) ([]kubeletplugin.Device, error) {
 		out = append(out, kd)
 	}
 	return out, nil
-}
-
-// gpuAt finds a GPU by index.
-func gpuAt(gpus []gpu.GPU, index int) (*gpu.GPU, error) {
-	for i := range gpus {
-		if gpus[i].Index == index {
-			return &gpus[i], nil
-		}
-	}
-	return nil, fmt.Errorf("GPU %d: %w", index, gpu.ErrNotFound)
-}
-
-// wholeGPU readies a GPU to be used whole (exclusive, time-sliced or by
-// MPS): out of MIG mode (idle instances no claim holds are destroyed
-// first) and, unless MPS sets it, in the default compute mode.
-func (d *Driver) wholeGPU(ctx context.Context, gpus []gpu.GPU, uid string, dev preparedDevice) ([]gpu.GPU, error) {
-	g, err := gpuAt(gpus, dev.GPUIndex)
-	if err != nil {
-		return gpus, err
-	}
-	if g.UUID != dev.GPU {
-		return gpus, fmt.Errorf("GPU %d is %s, the slices named %s", dev.GPUIndex, g.UUID, dev.GPU)
-	}
-	changed := false
-	if g.MIGEnabled {
-		for _, in := range g.Instances {
-			if holder := d.holderOf(uid, dev.GPU, in.Profile, in.Start); holder != "" {
-				return gpus, fmt.Errorf("MIG instance %s@%d on GPU %d is held by claim %s", in.Profile, in.Start, g.Index, holder)
-			}
-			if err := d.cfg.Device.DestroyInstance(ctx, g.Index, in.UUID); err != nil && !errors.Is(err, gpu.ErrNotFound) {
-				return gpus, fmt.Errorf("destroying idle MIG instance %s to use the GPU whole: %w", in.UUID, err)
-			}
-		}
-		if err := d.cfg.Device.SetMIGMode(ctx, g.Index, false); err != nil {
-			return gpus, fmt.Errorf("turning MIG off: %w", err)
-		}
-		changed = true
-	}
-	if dev.Mode != alloc.MPS && g.ComputeMode != gpu.ComputeDefault {
-		if err := d.cfg.Device.SetComputeMode(ctx, g.Index, gpu.ComputeDefault); err != nil {
-			return gpus, fmt.Errorf("setting the default compute mode: %w", err)
-		}
-		changed = true
-	}
-	if changed {
-		return d.cfg.Device.GPUs(ctx)
-	}
-	return gpus, nil
-}
-
-// migInstance makes the MIG instance at dev's placement exist: MIG mode
-// on, then the instance found there adopted, or created. Idle instances
-// no claim holds are destroyed when they are in the way.
-func (d *Driver) migInstance(ctx context.Context, gpus []gpu.GPU, uid string, dev *preparedDevice) ([]gpu.GPU, error) {
-	g, err := gpuAt(gpus, dev.GPUIndex)
-	if err != nil {
-		return gpus, err
-	}
-	if g.UUID != dev.GPU {
-		return gpus, fmt.Errorf("GPU %d is %s, the slices named %s", dev.GPUIndex, g.UUID, dev.GPU)
-	}
-	if !g.MIGEnabled {
-		if err := d.cfg.Device.SetMIGMode(ctx, g.Index, true); err != nil {
-			return gpus, fmt.Errorf("turning MIG on: %w", err)
-		}
-		if gpus, err = d.cfg.Device.GPUs(ctx); err != nil {
-			return gpus, err
-		}
-		if g, err = gpuAt(gpus, dev.GPUIndex); err != nil {
-			return gpus, err
-		}
-	}
-	for _, in := range g.Instances {
-		if in.Profile == dev.Profile && in.Start == dev.Start {
-			dev.ID = in.UUID
-			d.cfg.Log.Info("adopted MIG instance", "gpu", g.Index, "profile", in.Profile, "start", in.Start, "uuid", in.UUID, "claim", uid)
-			return gpus, nil
-		}
-	}
-	in, err := d.cfg.Device.CreateInstance(ctx, g.Index, dev.Profile, dev.Start)
-	if errors.Is(err, gpu.ErrPlacement) {
-		// Something idle is in the way (left by a claim whose teardown
-		// failed, or made by hand): clear what no claim holds, once.
-		for _, other := range g.Instances {
-			if d.holderOf(uid, dev.GPU, other.Profile, other.Start) != "" {
-				continue
-			}
-			if derr := d.cfg.Device.DestroyInstance(ctx, g.Index, other.UUID); derr == nil {
-				d.cfg.Log.Info("destroyed an idle MIG instance in the way", "gpu", g.Index, "instance", other.Profile, "start", other.Start)
-			}
-		}
-		in, err = d.cfg.Device.CreateInstance(ctx, g.Index, dev.Profile, dev.Start)
-	}
-	if err != nil {
-		return gpus, fmt.Errorf("creating MIG %s at start %d on GPU %d: %w", dev.Profile, dev.Start, g.Index, err)
-	}
-	dev.ID = in.UUID
-	d.cfg.Log.Info("created MIG instance", "gpu", g.Index, "profile", in.Profile, "start", in.Start, "uuid", in.UUID, "claim", uid)
-	d.cfg.Observe(StepMIGCreated, uid)
-	return d.cfg.Device.GPUs(ctx)
-}
-
-// holderOf names the claim other than uid that holds a MIG placement on
-// gpuUUID (or the GPU whole), "" when none does.
-func (d *Driver) holderOf(uid, gpuUUID, profile string, start int) string {
-	probe := preparedDevice{deviceInfo: deviceInfo{Type: dradriver.TypeMIG, GPU: gpuUUID, Profile: profile, Start: start}}
-	for _, r := range sortedRecords(d.claims) {
-		if r.UID == uid {
-			continue
-		}
-		for _, od := range r.Devices {
-			if overlaps(probe, od) {
-				return r.Namespace + "/" + r.Name
-			}
-		}
-	}
-	return ""
 }
 
 // wantDaemons lists one MPS daemon per device that a claim in the
@@ -731,24 +600,9 @@ func (d *Driver) wantDaemons(extra *claimRecord) []mps.Daemon {
 // control binary (simulated GPUs) the pipe directories are only made. An
 // error is returned for extra's devices; others' are logged.
 func (d *Driver) reconcileMPS(ctx context.Context, extra *claimRecord) error {
-	want := d.wantDaemons(extra)
-	if d.mps == nil {
-		for _, w := range want {
-			if err := os.MkdirAll(w.LogDir, 0o755); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	rep, err := d.mps.Reconcile(ctx, want)
-	for _, s := range rep.Started {
-		d.cfg.Log.Info("MPS daemon started", "device", s)
-	}
-	for _, s := range rep.Adopted {
-		d.cfg.Log.Info("MPS daemon adopted", "device", s)
-	}
-	for _, s := range rep.Stopped {
-		d.cfg.Log.Info("MPS daemon stopped (no claim uses it)", "device", s)
+	rep, err := d.node.Daemons(ctx, d.wantDaemons(extra))
+	if !d.node.RunsDaemons() {
+		return err // the pipe directories
 	}
 	if err == nil || extra == nil {
 		if err != nil {
@@ -786,24 +640,16 @@ func (d *Driver) Unprepare(ctx context.Context, uid string) error {
 	if rec == nil {
 		return nil
 	}
-	if err := cdi.Remove(d.cfg.CDIDir, specName(uid)); err != nil {
+	if err := d.node.RemoveSpec(specName(uid)); err != nil {
 		return fmt.Errorf("claim %s/%s: removing the CDI spec: %w", rec.Namespace, rec.Name, err)
 	}
-	if err := d.destroyInstances(ctx, uid, rec, ""); err != nil {
+	// Its MIG instances destroyed, its time-sliced GPUs back to the level
+	// the claims left name (Default once none names one).
+	if err := d.releaseDevices(ctx, uid, rec, ""); err != nil {
 		return err
 	}
 	delete(d.claims, uid)
 	delete(d.usage, uid)
-	levels := timeSliceLevels(d.claims)
-	for _, dev := range rec.Devices {
-		if !timeSliced(dev) {
-			continue
-		}
-		// The GPU's level for the claims left: Default once none names one.
-		if err := d.cfg.Device.SetTimeSlice(ctx, dev.GPUIndex, levels[dev.GPUIndex]); err != nil && !errors.Is(err, gpu.ErrNotFound) {
-			d.cfg.Log.Warn("resetting the time-slice interval", "gpu", dev.GPUIndex, "claim", rec.Namespace+"/"+rec.Name, "err", err)
-		}
-	}
 	if err := d.reconcileMPS(ctx, nil); err != nil {
 		d.cfg.Log.Warn("MPS daemons after unprepare", "err", err)
 	}
@@ -820,32 +666,3 @@ func (d *Driver) save() error {
 	return saveCheckpoint(filepath.Join(d.cfg.StateDir, CheckpointFile), d.cfg.Node, d.claims)
 }
 
-// destroyInstances destroys the MIG instances of rec's devices that no
-// other claim holds (found by placement, and by uuid where recorded); a
-// GPU that is gone has nothing to destroy. why is added to the error and
-// the log ("" or e.g. " made before bind"). d.mu is held.
-func (d *Driver) destroyInstances(ctx context.Context, uid string, rec *claimRecord, why string) error {
-	gpus, err := d.cfg.Device.GPUs(ctx)
-	if err != nil {
-		return err
-	}
-	for _, dev := range rec.Devices {
-		if dev.Type != dradriver.TypeMIG || d.holderOf(uid, dev.GPU, dev.Profile, dev.Start) != "" {
-			continue
-		}
-		g, err := gpuAt(gpus, dev.GPUIndex)
-		if err != nil {
-			continue
-		}
-		for _, in := range g.Instances {
-			if in.Profile != dev.Profile || in.Start != dev.Start || (dev.ID != "" && in.UUID != dev.ID) {
-				continue
-			}
-			if err := d.cfg.Device.DestroyInstance(ctx, g.Index, in.UUID); err != nil && !errors.Is(err, gpu.ErrNotFound) {
-				return fmt.Errorf("claim %s/%s: destroying MIG instance %s%s: %w", rec.Namespace, rec.Name, in.UUID, why, err)
-			}
-			d.cfg.Log.Info("destroyed MIG instance"+why, "gpu", g.Index, "profile", in.Profile, "start", in.Start, "claim", rec.Namespace+"/"+rec.Name)
-		}
-	}
-	return nil
-}

@@ -37,7 +37,7 @@ func (d *Driver) Watch(ctx context.Context) []api.Event {
 	defer d.mu.Unlock()
 	claims := d.apiClaims()
 	start := d.cfg.Clock()
-	res := d.watch.Watch(ctx, d.cfg.Device, claims, d.cfg.Node)
+	res := d.node.Watch(ctx, claims, d.cfg.Node)
 	for _, err := range res.Errors {
 		d.cfg.Log.Warn("watchdog", "err", err)
 	}
@@ -53,8 +53,7 @@ func (d *Driver) Watch(ctx context.Context) []api.Event {
 		}
 		d.usage[u.Claim] = cu
 	}
-	events := res.Events
-	events = append(events, d.enf.Enforce(ctx, res.Violations, d.cfg.Kill, d.cfg.MemoryGrace, d.cfg.Clock())...)
+	events := append(res.Events, res.Enforced...)
 	for _, ev := range events {
 		d.cfg.Log.Warn("watchdog: "+ev.Kind, "claim", ev.Claim, "message", ev.Message)
 	}
