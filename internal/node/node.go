@@ -180,6 +180,15 @@ func (n *Node) Daemons(ctx context.Context, want []mps.Daemon) (mps.Report, erro
 	return rep, err
 }
 
+// MPSServerPIDs are the MPS servers' pids, by device (none without
+// daemons); the watchdog counts them against no claim.
+func (n *Node) MPSServerPIDs() map[int]string {
+	if n.cfg.MPS == nil {
+		return nil
+	}
+	return n.cfg.MPS.ServerPIDs()
+}
+
 // RunsDaemons reports whether the node runs MPS daemons (Config.MPS).
 func (n *Node) RunsDaemons() bool { return n.cfg.MPS != nil }
 

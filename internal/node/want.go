@@ -38,8 +38,9 @@ type Hold struct {
 	Make bool
 }
 
-// MIG reports whether the hold is a MIG instance.
-func (h Hold) MIG() bool { return h.Profile != "" }
+// MIG reports whether the hold is a MIG instance (named by placement or
+// by uuid).
+func (h Hold) MIG() bool { return h.Profile != "" || h.Instance != "" }
 
 // TimeSliced reports whether the hold is a whole GPU shared by
 // time-slicing (MIG instances have no time-slice setting).

@@ -665,4 +665,3 @@ func (d *Driver) Unprepare(ctx context.Context, uid string) error {
 func (d *Driver) save() error {
 	return saveCheckpoint(filepath.Join(d.cfg.StateDir, CheckpointFile), d.cfg.Node, d.claims)
 }
-
