@@ -50,6 +50,10 @@ type backend struct {
 	// the subtest with the device's answer. The simulated machine never
 	// refuses.
 	real bool
+	// mayChange: the subtests that change the GPUs' settings (MIG mode
+	// and instances, compute mode, time slice, MPS) run. On real GPUs
+	// only when asked (changeEnv), never on someone's GPUs by surprise.
+	mayChange bool
 	// level reads a GPU's time-slice level.
 	level func(index int) (gpu.TimeSlice, error)
 	// mpsControl is the MPS control binary ("" skips the MPS subtest,
@@ -76,7 +80,7 @@ func TestContractSimulated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return backend{dev: m, level: m.TimeSlice, mpsControl: bin, startProcess: m.StartProcess,
+		return backend{dev: m, mayChange: true, level: m.TimeSlice, mpsControl: bin, startProcess: m.StartProcess,
 			threadPercent: func(pipe string) (float64, error) {
 				l, err := mpssim.ReadLimits(pipe)
 				return l.DefaultActiveThreadPercentage, err
@@ -84,10 +88,16 @@ func TestContractSimulated(t *testing.T) {
 	})
 }
 
-// TestContractNVML runs the same contract on the host's NVIDIA GPUs. It
-// changes them (MIG mode and instances, compute mode, time slice; each
-// GPU is put back as it was) and needs them idle. Without an NVIDIA
-// driver it skips, saying why.
+// changeEnv asks TestContractNVML to run the subtests that change the
+// GPUs' settings.
+const changeEnv = "GPUSLICE_NVML_CHANGE"
+
+// TestContractNVML runs the same contract on the host's NVIDIA GPUs.
+// Without an NVIDIA driver it skips, saying why. The subtests that change
+// the GPUs (MIG mode and instances, compute mode, time slice, an MPS
+// daemon; each GPU is put back as it was, and must be idle) run only with
+// GPUSLICE_NVML_CHANGE=1; the others (CDI specs, the watchdog's reading)
+// always run.
 func TestContractNVML(t *testing.T) {
 	probe, err := nvml.Open()
 	if err != nil {
@@ -102,7 +112,7 @@ func TestContractNVML(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = d.Close() })
 		rec.dev = d
-		b := backend{dev: d, real: true, level: rec.level, threadPercent: realThreadPercent}
+		b := backend{dev: d, real: true, mayChange: os.Getenv(changeEnv) == "1", level: rec.level, threadPercent: realThreadPercent}
 		if bin, err := exec.LookPath(mps.ControlBinary); err != nil {
 			b.mpsWhy = "no " + mps.ControlBinary + " on $PATH"
 		} else {
@@ -163,17 +173,24 @@ func realThreadPercent(pipe string) (float64, error) {
 // contract is the node side's contract: the same body for every backend.
 func contract(t *testing.T, newBackend func(t *testing.T) backend) {
 	for _, tc := range []struct {
-		name string
-		fn   func(t *testing.T, b backend)
+		name    string
+		changes bool // changes the GPUs' settings
+		fn      func(t *testing.T, b backend)
 	}{
-		{"MIGInstancesAtPlacementsIdleClearedFirst", testMIG},
-		{"ComputeModeSetAndReset", testComputeMode},
-		{"TimeSlicePerLevel", testTimeSlice},
-		{"MPSDaemonStartedAndStoppedWithLimits", testMPS},
-		{"CDISpecWrittenAndRemoved", testCDI},
-		{"Watchdog", testWatchdog},
+		{"MIGInstancesAtPlacementsIdleClearedFirst", true, testMIG},
+		{"ComputeModeSetAndReset", true, testComputeMode},
+		{"TimeSlicePerLevel", true, testTimeSlice},
+		{"MPSDaemonStartedAndStoppedWithLimits", true, testMPS},
+		{"CDISpecWrittenAndRemoved", false, testCDI},
+		{"Watchdog", false, testWatchdog},
 	} {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newBackend(t)) })
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackend(t)
+			if tc.changes && !b.mayChange {
+				t.Skipf("changes the GPUs' MIG mode, compute mode or time slice: set %s=1 to run it on idle GPUs you may reconfigure (each is put back after)", changeEnv)
+			}
+			tc.fn(t, b)
+		})
 	}
 }
 
@@ -295,6 +312,19 @@ func wholeGPU(t *testing.T, b backend) gpu.GPU {
 	}
 	refusedSkip(t, b, "setting the compute mode", b.dev.SetComputeMode(ctx, g.Index, gpu.ComputeDefault))
 	return gpuOf(t, b.dev, g.UUID)
+}
+
+// anyWholeGPU is a GPU out of MIG mode, as it is (nothing is changed);
+// it skips without one.
+func anyWholeGPU(t *testing.T, b backend) gpu.GPU {
+	t.Helper()
+	for _, g := range gpus(t, b.dev) {
+		if !g.MIGEnabled {
+			return g
+		}
+	}
+	t.Skip("every GPU is in MIG mode")
+	return gpu.GPU{}
 }
 
 // shapes picks from a geometry a profile big spanning several memory
@@ -529,7 +559,7 @@ func testMPS(t *testing.T, b backend) {
 // CDI: a spec is written (one name, read back valid) and removed; SyncSpecs
 // keeps one per live claim and removes the rest.
 func testCDI(t *testing.T, b backend) {
-	g := wholeGPU(t, b)
+	g := anyWholeGPU(t, b)
 	dir := t.TempDir()
 	n := newNode(t, node.Config{Device: b.dev, CDIDir: dir})
 	nodes, err := cdi.DeviceNodes(cdi.Host{GPUs: gpus(t, b.dev)}, g.UUID, g.UUID)
@@ -574,7 +604,7 @@ func deviceNodes(paths []string) []*specs.DeviceNode {
 // process); a process over the claim's memory under policy kill is
 // reported, then killed once over for the grace period.
 func testWatchdog(t *testing.T, b backend) {
-	g := wholeGPU(t, b)
+	g := anyWholeGPU(t, b)
 	now := time.Unix(1_700_000_000, 0)
 	var mu sync.Mutex
 	var killed []int

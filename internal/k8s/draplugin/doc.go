@@ -9,9 +9,10 @@
 // a whole GPU, a shared GPU (consumable memory and compute), a MIG
 // profile at a start — and the opaque parameters for this driver
 // (ClaimSharing, decoded by a SharingDecoder), and makes it true on the
-// GPUs through internal/gpu: MIG mode and the instance at the allocated
-// placement, whole GPUs out of MIG mode, the MPS control daemon of each
-// MPS device (internal/node/mps: started, or joined; the client's thread
+// GPUs through internal/node (the node side the standalone agent uses
+// too): MIG mode and the instance at the allocated placement, whole GPUs
+// out of MIG mode in their compute mode and time slice, the MPS control
+// daemon of each MPS device (internal/node/mps: started, or joined; the client's thread
 // percentage and pinned memory limit go in its environment), and a CDI
 // spec per claim (internal/node/cdi) whose edits carry the device nodes,
 // CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, the MPS pipe directory
@@ -25,9 +26,9 @@
 // mid-prepare adopts what it finds (the MIG instance at the placement,
 // the running MPS daemon) when the kubelet asks again; unprepare of an
 // unknown claim succeeds. Decisions are pure (planClaim, conflict,
-// cdiSpec); Driver applies them.
+// cdiSpec, node.Decide); Driver applies them.
 //
-// The standalone agent's memory watchdog (internal/node/watchdog) runs
+// The memory watchdog (internal/node/watchdog, through node.Node) runs
 // over the prepared claims (Watch), and Collector exports per-claim
 // gpuslice_slice_* metrics with namespace, pod and claim labels.
 //
