@@ -96,6 +96,7 @@ var pure = []string{
 	module + "/internal/model",
 	module + "/internal/render",
 	module + "/internal/autoscale",
+	module + "/internal/admit",
 }
 
 // forbiddenInPure are dependencies (direct or transitive) a pure package

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/gpuslice/gpuslice/internal/admit"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/state"
 )
@@ -38,7 +39,7 @@ func (srv *Server) Check(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("allocator: %w", err))
 	}
 	held := s.st.Allocations()
-	want, wantHeld := map[string]tenantUse{}, map[string]tenantUse{}
+	want, wantHeld := map[string]admit.Use{}, map[string]admit.Use{}
 	stored := map[string]bool{}
 	for i := range live {
 		c := &live[i]
@@ -75,12 +76,12 @@ func (srv *Server) Check(ctx context.Context) error {
 	}
 	for _, t := range slices.Sorted(maps.Keys(mergeKeys(want, s.use))) {
 		if want[t] != s.use[t] {
-			errs = append(errs, fmt.Errorf("tenant %s: quota counters say %s, the claims %s", t, describeUse(s.use[t]), describeUse(want[t])))
+			errs = append(errs, fmt.Errorf("tenant %s: quota counters say %s, the claims %s", t, admit.DescribeUse(s.use[t]), admit.DescribeUse(want[t])))
 		}
 	}
 	for _, t := range slices.Sorted(maps.Keys(mergeKeys(wantHeld, s.held))) {
 		if wantHeld[t] != s.held[t] {
-			errs = append(errs, fmt.Errorf("tenant %s: held counters say %s, the allocated claims %s", t, describeUse(s.held[t]), describeUse(wantHeld[t])))
+			errs = append(errs, fmt.Errorf("tenant %s: held counters say %s, the allocated claims %s", t, admit.DescribeUse(s.held[t]), admit.DescribeUse(wantHeld[t])))
 		}
 	}
 	return errors.Join(errs...)
@@ -102,11 +103,11 @@ func (srv *Server) Tick(ctx context.Context) error {
 	return err
 }
 
-func addTo(m map[string]tenantUse, tenant string, u tenantUse, sign int) {
+func addTo(m map[string]admit.Use, tenant string, u admit.Use, sign int) {
 	cur := m[tenant]
-	cur.mem += int64(sign) * u.mem
-	cur.comp += sign * u.comp
-	if cur == (tenantUse{}) {
+	cur.MemMiB += int64(sign) * u.MemMiB
+	cur.Compute += sign * u.Compute
+	if cur == (admit.Use{}) {
 		delete(m, tenant)
 		return
 	}
@@ -114,11 +115,11 @@ func addTo(m map[string]tenantUse, tenant string, u tenantUse, sign int) {
 }
 
 // mergeKeys is the tenants of either map, zero entries left out.
-func mergeKeys(a, b map[string]tenantUse) map[string]bool {
+func mergeKeys(a, b map[string]admit.Use) map[string]bool {
 	out := map[string]bool{}
-	for _, m := range []map[string]tenantUse{a, b} {
+	for _, m := range []map[string]admit.Use{a, b} {
 		for k, v := range m {
-			if v != (tenantUse{}) {
+			if v != (admit.Use{}) {
 				out[k] = true
 			}
 		}

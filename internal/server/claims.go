@@ -2,12 +2,11 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/admit"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/state"
@@ -78,35 +77,24 @@ func (srv *Server) admitLocked(tx state.Tx, c *api.Claim, start time.Time) error
 		}
 	}
 	a, aerr := srv.allocate(c, start, nil)
+	in := admit.Claim{Quota: tenantQuota(t), Used: s.use[t.Name], Placed: aerr == nil,
+		WaitForNodes: c.Spec.WaitForNodes, Queued: s.queued[c.Tenant], MaxQueued: srv.cfg.MaxQueuedPerTenant}
 	if aerr == nil {
 		// The allocation may hand out more than was asked (a whole GPU for
 		// an exclusive claim with no memory): that is what the quota counts.
 		got := *c
 		got.State, got.Allocation = api.Allocated, a
-		if err := srv.quotaRoomOf(t, s.use[t.Name], s.charge(&got)); err != nil {
-			var he *httpError
-			if errors.As(err, &he) {
-				he.msg += fmt.Sprintf(" (the allocation found gives %s; ask for less, or for a shared mode)", describeUse(given(a)))
-			}
-			return err
-		}
+		in.Given, in.Charge = admit.Given(a), s.charge(&got)
 	} else {
-		if why := s.neverFits(c); why != "" && !c.Spec.WaitForNodes {
-			hint := fmt.Sprintf(" (the largest GPU here has %d MiB); ask for less", s.maxGPUMiB())
-			if strings.Contains(why, " has ") && strings.Contains(why, "(profile ") {
-				// The choices are listed already: the profile is what is wrong.
-				hint = fmt.Sprintf(" (the largest GPU here has %d MiB); ask for one of those profiles", s.maxGPUMiB())
-			}
-			return errStatus(http.StatusUnprocessableEntity, "this claim can never fit the registered nodes, even empty: %s%s, or pass waitForNodes (gpuslice run --wait-for-nodes) to queue it for nodes that may join", why, hint)
-		}
 		// It waits: charged at least what it will hold, within a bounded
-		// queue.
-		if err := srv.quotaRoomOf(t, s.use[t.Name], s.charge(c)); err != nil {
-			return err
+		// queue, unless no registered node could ever hold it.
+		in.Charge = s.charge(c)
+		if in.NeverFits = s.neverFits(c); in.NeverFits != "" && !c.Spec.WaitForNodes {
+			in.LargestGPUMiB = s.maxGPUMiB()
 		}
-		if limit := srv.cfg.MaxQueuedPerTenant; limit > 0 && s.queued[c.Tenant] >= limit {
-			return errStatus(http.StatusTooManyRequests, "queue full: tenant %s has %d claims waiting (at most %d); release some or retry later", c.Tenant, s.queued[c.Tenant], limit)
-		}
+	}
+	if err := admissionError(admit.Decide(in)); err != nil {
+		return err
 	}
 	if aerr == nil {
 		aerr = s.st.Apply(a)
@@ -217,21 +205,27 @@ func priorityAllowed(t api.Tenant, p int, field string) error {
 		p, t.Name, t.MaxPriority, t.MaxPriority, t.Name)
 }
 
-// quotaRoomOf says whether tenant t's quota has room for u more on top of
-// cur (what its claims are charged: see scheduler.use and held).
-func (srv *Server) quotaRoomOf(t api.Tenant, cur, u tenantUse) error {
-	if t.MemoryMiB > 0 && u.mem > 0 && cur.mem+u.mem > t.MemoryMiB {
-		return errStatus(http.StatusForbidden, "quota: tenant %s holds %d MiB of GPU memory and needs %d more; its quota is %d MiB", t.Name, cur.mem, u.mem, t.MemoryMiB)
-	}
-	if t.ComputePercent > 0 && u.comp > 0 && cur.comp+u.comp > t.ComputePercent {
-		return errStatus(http.StatusForbidden, "quota: tenant %s holds %d%% compute and needs %d%% more; its quota is %d%%", t.Name, cur.comp, u.comp, t.ComputePercent)
-	}
-	return nil
+// tenantQuota is tenant t's quota as admit reads it.
+func tenantQuota(t api.Tenant) admit.Quota {
+	return admit.TenantQuota(t.Name, t.MemoryMiB, t.ComputePercent)
 }
 
-// describeUse says "N MiB and P% compute".
-func describeUse(u tenantUse) string {
-	return fmt.Sprintf("%d MiB and %d%% compute", u.mem, u.comp)
+// admissionError is an admission outcome as the API answers it: nil when
+// admitted, 403 over a quota, 429 with the tenant's queue full, 422 for a
+// claim no registered node could ever hold, 409 otherwise.
+func admissionError(o admit.Outcome) error {
+	status := http.StatusConflict
+	switch o.(type) {
+	case admit.Admit:
+		return nil
+	case *admit.OverQuota:
+		status = http.StatusForbidden
+	case *admit.QueueFull:
+		status = http.StatusTooManyRequests
+	case *admit.NeverFits:
+		status = http.StatusUnprocessableEntity
+	}
+	return errStatus(status, "%s", o.Reason())
 }
 
 // loadClaim reads a claim the principal may see; others' claims are 404.

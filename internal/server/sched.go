@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuslice/gpuslice/internal/admit"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/catalog"
@@ -51,7 +52,7 @@ type scheduler struct {
 	// placed when it fits the quota on top of held (the queue's charges
 	// can exceed a quota after the fleet changed, and must not stop the
 	// queue from moving).
-	use, held map[string]tenantUse
+	use, held map[string]admit.Use
 	// reserved is the starving head of the queue that later claims of its
 	// priority or lower must not overtake (nil when the queue backfills);
 	// nominees remembers, per claim until the fleet changes, whether it
@@ -71,6 +72,14 @@ type reservation struct {
 	nominee
 }
 
+// hold is the reservation as admit's rules read it (nil: none).
+func (r *reservation) hold() *admit.Hold {
+	if r == nil {
+		return nil
+	}
+	return &admit.Hold{Claim: r.claim.ID, Priority: r.claim.Spec.Priority}
+}
+
 type nominee struct {
 	fits bool
 	node string
@@ -80,14 +89,9 @@ type nominee struct {
 	clause string
 }
 
-type tenantUse struct {
-	mem  int64
-	comp int
-}
-
 func newScheduler() *scheduler {
 	return &scheduler{reasons: map[string]string{}, kick: make(chan struct{}, 1), notify: make(chan struct{}),
-		use: map[string]tenantUse{}, held: map[string]tenantUse{}, nominees: map[string]nominee{}, queued: map[string]int{}}
+		use: map[string]admit.Use{}, held: map[string]admit.Use{}, nominees: map[string]nominee{}, queued: map[string]int{}}
 }
 
 // waitChan returns a channel closed at the next change.
@@ -111,57 +115,16 @@ func (s *scheduler) changed() {
 	s.notify = make(chan struct{})
 }
 
-// asks is what a claim asks for, for quotas.
-func asks(spec *api.ClaimSpec) tenantUse {
-	var u tenantUse
-	for _, r := range spec.Requests {
-		n := max(r.Count, 1)
-		u.mem += r.MemoryMiB * int64(n)
-		u.comp += r.ComputePercent * n
-	}
-	return u
-}
-
-// given is what an allocation hands out: the memory and compute promised
-// on its devices (a whole GPU for an exclusive claim that asked for no
-// memory, say).
-func given(a *alloc.Allocation) tenantUse {
-	var u tenantUse
-	if a == nil {
-		return u
-	}
-	for _, d := range a.Devices {
-		u.mem += d.MemoryMiB
-		u.comp += d.ComputePercent
-	}
-	return u
-}
-
-// charge is what a claim counts against its tenant's quota. While
-// pending: what it asks for, except that a whole-GPU request (exclusive,
-// or hardware isolation without a MIG mode) that names no memory is
-// charged the smallest GPU of the fleet, and no compute as 100%: at least
-// what it will hold, so a queue of such claims is bounded by the quota
-// too. Once allocated: the larger of what it asked for and what it was
-// given, per resource. The caller holds mu.
-func (s *scheduler) charge(c *api.Claim) tenantUse {
+// charge is what a claim counts against its tenant's quota
+// (admit.WaitingCharge while pending, the smallest GPU of the fleet for a
+// whole-GPU request naming no memory; once allocated, admit.Charge: the
+// larger of what it asked for and what it was given). The caller holds
+// mu.
+func (s *scheduler) charge(c *api.Claim) admit.Use {
 	if c.Allocation != nil && c.State != api.Pending {
-		u, g := asks(&c.Spec), given(c.Allocation)
-		return tenantUse{mem: max(u.mem, g.mem), comp: max(u.comp, g.comp)}
+		return admit.Charge(admit.Asked(c.Spec.Requests), admit.Given(c.Allocation))
 	}
-	var u tenantUse
-	for _, r := range c.Spec.Requests {
-		n := max(r.Count, 1)
-		mem, comp := r.MemoryMiB, r.ComputePercent
-		whole := r.Mode == alloc.Exclusive || (c.Spec.Isolation == alloc.IsolationHardware && r.Mode != alloc.MIG && r.Profile == "")
-		if whole {
-			mem = max(mem, s.minGPUMiB)
-			comp = 100
-		}
-		u.mem += mem * int64(n)
-		u.comp += comp * n
-	}
-	return u
+	return admit.WaitingCharge(c.Spec.Requests, c.Spec.Isolation, s.minGPUMiB)
 }
 
 // account adds (sign 1) or takes away (sign -1) what a claim in its
@@ -327,7 +290,7 @@ func (srv *Server) rebuildLocked(tx state.Tx) error {
 	s.st, s.reported, s.minGPUMiB, s.stale = st, f, minMiB, false
 	s.nominees, s.reserved = map[string]nominee{}, nil // a new fleet
 	s.pending, s.queued = nil, map[string]int{}
-	s.use, s.held = map[string]tenantUse{}, map[string]tenantUse{}
+	s.use, s.held = map[string]admit.Use{}, map[string]admit.Use{}
 	keep := map[string]string{}
 	for i := range pend {
 		c := pend[i]
@@ -567,7 +530,7 @@ func (srv *Server) retryLocked(tx state.Tx) error {
 		a, err := srv.allocate(c, now, ahead[i+1:])
 		if err != nil {
 			s.reasons[c.ID] = claimReason(c, err)
-			if s.reserved == nil {
+			if admit.Yields(s.reserved.hold(), c.ID, c.Spec.Priority) {
 				if n, ok := srv.starving(c, now); ok {
 					s.reserved = &reservation{claim: c, nominee: n}
 					s.reasons[c.ID] = claimReason(c, err) + srv.reservedNote(s.reserved, now)
@@ -588,8 +551,8 @@ func (srv *Server) retryLocked(tx state.Tx) error {
 		if err != nil && !errors.Is(err, state.ErrNotFound) {
 			return err
 		}
-		if err := srv.quotaRoomOf(t, s.held[c.Tenant], s.charge(&done)); err != nil {
-			s.reasons[c.ID] = err.Error()
+		if o := tenantQuota(t).Check(s.held[c.Tenant], s.charge(&done)); o != nil {
+			s.reasons[c.ID] = o.Reason()
 			continue
 		}
 		if err := s.st.Apply(a); err != nil {
@@ -621,7 +584,7 @@ func (srv *Server) allocate(c *api.Claim, now time.Time, ahead []alloc.Claim) (*
 	s := srv.sched
 	ac := allocClaim(c)
 	r := s.reserved
-	if r == nil || r.claim.ID == c.ID || c.Spec.Priority > r.claim.Spec.Priority || r.clause == "" {
+	if r == nil || r.clause == "" || !admit.Binds(r.hold(), c.ID, c.Spec.Priority) {
 		return s.st.AllocateAhead(ac, ahead)
 	}
 	require(ac, r.clause)
@@ -640,7 +603,7 @@ func (srv *Server) allocate(c *api.Claim, now time.Time, ahead []alloc.Claim) (*
 // caller holds s.mu.
 func (srv *Server) starving(c *api.Claim, now time.Time) (nominee, bool) {
 	s := srv.sched
-	if srv.cfg.ReserveAfter < 0 || now.Sub(c.Created) < srv.cfg.ReserveAfter {
+	if due, _ := admit.Due(c.Created, now, srv.cfg.ReserveAfter); !due {
 		return nominee{}, false
 	}
 	n, known := s.nominees[c.ID]
@@ -674,7 +637,7 @@ func (srv *Server) nominate(c *api.Claim) nominee {
 			}
 		}
 	}
-	best := nominee{fits: true}
+	var cands []admit.Candidate
 	for _, node := range fleet.Nodes {
 		one, err := alloc.NewState(alloc.Fleet{Policy: fleet.Policy, Nodes: []alloc.Node{node}}, nil, alloc.Options{})
 		if err != nil {
@@ -683,11 +646,10 @@ func (srv *Server) nominate(c *api.Claim) nominee {
 		if _, err := one.Allocate(allocClaim(c)); err != nil {
 			continue
 		}
-		if best.node == "" || claimsOn[node.Name] < claimsOn[best.node] ||
-			(claimsOn[node.Name] == claimsOn[best.node] && node.Name < best.node) {
-			best.node = node.Name
-		}
+		cands = append(cands, admit.Candidate{Node: node.Name, Claims: claimsOn[node.Name]})
 	}
+	best := nominee{fits: true}
+	best.node, _ = admit.Nominate(cands)
 	// The nodes as their agents reported them: a GPU's sharing as set up,
 	// not as its current claims configured it (an empty GPU takes the
 	// sharing of its next claim).
@@ -743,27 +705,18 @@ func offGPUs(uuids []string) string {
 
 // reservedNote ends the starving claim's reason (its own tenant's).
 func (srv *Server) reservedNote(r *reservation, now time.Time) string {
-	waited := now.Sub(r.claim.Created).Round(time.Second)
-	if r.node == "" {
-		return fmt.Sprintf(" (waiting %s; no single node can hold it, so the %d GPUs it could use are now held for it: later claims of priority %d or lower use only others)", waited, len(r.gpus), r.claim.Spec.Priority)
-	}
-	return fmt.Sprintf(" (waiting %s; node %s is now held for it: later claims of priority %d or lower use only the GPUs there it cannot use, or go elsewhere)", waited, r.node, r.claim.Spec.Priority)
+	return admit.Holding{Node: r.node, GPUs: len(r.gpus), Priority: r.claim.Spec.Priority, Waited: now.Sub(r.claim.Created)}.Note()
 }
 
-// heldNote says why claim c may not use the GPUs held for r. It is c's
-// reason, shown to c's tenant: it names r's claim only when r is the same
-// tenant's; another tenant's claim is named by its priority alone (no id,
-// no tenant, no age).
+// heldNote says why claim c may not use the GPUs held for r (admit.Held:
+// it names r's claim only when r is the same tenant's).
 func (srv *Server) heldNote(r *reservation, c *api.Claim, now time.Time) string {
-	whose := fmt.Sprintf("a claim of another tenant waiting ahead of this one (priority %d)", r.claim.Spec.Priority)
+	h := admit.Held{Scope: admit.TenantScope, Node: r.node, Priority: r.claim.Spec.Priority,
+		Waited: now.Sub(r.claim.Created), ReserveAfter: srv.cfg.ReserveAfter}
 	if r.claim.Tenant == c.Tenant {
-		whose = fmt.Sprintf("claim %s (priority %d, pending for %s)", r.claim.ID, r.claim.Spec.Priority, now.Sub(r.claim.Created).Round(time.Second))
+		h.Holder = r.claim.ID
 	}
-	rule := fmt.Sprintf("after %s waiting a claim's GPUs are held so it cannot starve; claims of its priority or lower use only the others", srv.cfg.ReserveAfter)
-	if r.node == "" {
-		return fmt.Sprintf("the GPUs %s could use are held for it: %s", whose, rule)
-	}
-	return fmt.Sprintf("node %s is held for %s: %s", r.node, whose, rule)
+	return h.Reason()
 }
 
 // writeClaim stores a claim's new state and an event of kind, in tx. The
