@@ -3,7 +3,10 @@
 // DynamicResources plugin in a profile and wraps an instance of it: pods
 // whose ResourceClaims name gpuslice's DeviceClasses are decided by
 // gpuslice's allocator (internal/alloc, through internal/k8s/draalloc),
-// every other pod is handed to the stock plugin unchanged.
+// every other pod is handed to the stock plugin unchanged. It is the
+// framework glue only: the ledger, the decisions, quotas and the
+// reserve-after hold are internal/k8s/schedcore's (on internal/admit's
+// rules), whose outcomes it maps onto framework statuses.
 package plugin
 
 import (
@@ -11,11 +14,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -36,10 +42,11 @@ import (
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/admit"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/schedcore"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -63,13 +70,13 @@ type Plugin struct {
 	stock fwk.Plugin
 	fh    fwk.Handle
 	cs    kubernetes.Interface
-	led   *ledger
+	led   *schedcore.Ledger
 	args  Args
 	now   func() time.Time
-	wait  *waiting
+	wait  *schedcore.Waiting
 	// reserveAfter and hold: the starvation rule (reserve.go).
 	reserveAfter time.Duration
-	hold         holding
+	hold         schedcore.Holding
 	// namespaces reads the pods' namespaces for their GPU quotas.
 	namespaces corelisters.NamespaceLister
 	// pods tells whether the pod holding a node still waits.
@@ -140,9 +147,10 @@ func New(ctx context.Context, obj runtime.Object, fh fwk.Handle, fts plfeature.F
 	if _, ok := stock.(stockPlugin); !ok {
 		return nil, errors.New("the stock DynamicResources plugin lacks an extension point this wrapper delegates")
 	}
+	log := slog.New(logr.ToSlogHandler(klog.FromContext(ctx)))
 	p := &Plugin{stock: stock, fh: fh, cs: fh.ClientSet(), args: args, now: time.Now, reserveAfter: reserveAfter,
-		led: newLedger(draalloc.Policy(args.Placement), catalog.Default()), wait: newWaiting()}
-	p.led.onFree = func() { p.wait.freed(activator(fh)) }
+		led: schedcore.NewLedger(draalloc.Policy(args.Placement), catalog.Default(), log), wait: schedcore.NewWaiting()}
+	p.led.OnFree(func() { p.wait.Freed(activator(fh)) })
 	if err := p.watch(ctx); err != nil {
 		return nil, err
 	}
@@ -153,7 +161,6 @@ func (p *Plugin) inner() stockPlugin { return p.stock.(stockPlugin) }
 
 // watch feeds the ledger from the scheduler's shared informers.
 func (p *Plugin) watch(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
 	inf := p.fh.SharedInformerFactory()
 	slice := func(obj any, deleted bool) {
 		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -164,9 +171,9 @@ func (p *Plugin) watch(ctx context.Context) error {
 			return
 		}
 		if deleted {
-			p.led.setSlice(s.Name, *s.Spec.NodeName, nil)
+			p.led.SetSlice(s.Name, *s.Spec.NodeName, nil)
 		} else {
-			p.led.setSlice(s.Name, *s.Spec.NodeName, s)
+			p.led.SetSlice(s.Name, *s.Spec.NodeName, s)
 		}
 	}
 	reg, err := inf.Resource().V1().ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -187,9 +194,9 @@ func (p *Plugin) watch(ctx context.Context) error {
 			return
 		}
 		if deleted {
-			p.led.setClaim(logger, rc.UID, nil)
+			p.led.SetClaim(rc.UID, nil)
 		} else {
-			p.led.setClaim(logger, rc.UID, rc)
+			p.led.SetClaim(rc.UID, rc)
 		}
 	}
 	reg, err = inf.Resource().V1().ResourceClaims().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -209,9 +216,9 @@ func (p *Plugin) watch(ctx context.Context) error {
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*v1.Namespace)
 			n, ok2 := cur.(*v1.Namespace)
-			if ok1 && ok2 && (o.Annotations[QuotaMemoryAnnotation] != n.Annotations[QuotaMemoryAnnotation] ||
-				o.Annotations[QuotaComputeAnnotation] != n.Annotations[QuotaComputeAnnotation]) {
-				p.led.freed()
+			if ok1 && ok2 && (o.Annotations[schedcore.QuotaMemoryAnnotation] != n.Annotations[schedcore.QuotaMemoryAnnotation] ||
+				o.Annotations[schedcore.QuotaComputeAnnotation] != n.Annotations[schedcore.QuotaComputeAnnotation]) {
+				p.led.Freed()
 			}
 		},
 	})
@@ -224,47 +231,23 @@ func (p *Plugin) Name() string { return Name }
 
 // cycle is one scheduling cycle's state for a pod.
 type cycle struct {
-	ours     bool
-	gen      uint64 // the waiting generation when the cycle began
-	ns       string // the pod's namespace
-	quota    *quota // the namespace's GPU quota (nil: none)
-	priority int
-	claims   []*resourceapi.ResourceClaim // the pod's gpuslice claims
-	toAlloc  []int                        // indices into claims still to allocate
-	acs      []*draalloc.Claim            // translated, for toAlloc
-	node     string                       // the node claims already allocated are on ("" none)
-	classes  map[string]*resourceapi.DeviceClass
-	// key is the shape of acs (names left out), for the ledger's
-	// verdicts, and id its number there; shareable says no selector
-	// reads a GPU uuid.
-	key       string
-	id        uint64
-	shareable bool
-	// usedMem and usedComp are what the namespace's claims held when the
-	// cycle began (quota); Reserve counts again.
-	usedMem  int64
-	usedComp int
+	ours bool
+	gen  uint64 // the waiting generation when the cycle began
+	// pod is what schedcore decides: the pod's gpuslice claims, its
+	// namespace's quota and priority (fixed once PreFilter is done).
+	pod  *schedcore.Pod
+	node string // the node claims already allocated are on ("" none)
 
 	mu      sync.Mutex
-	results map[string]*nodeResult
+	results map[string]*schedcore.NodeResult
 	// removed are claims a preemption simulation took away, per node.
 	removed map[string]map[types.UID]bool
 	// reserved are the claims Reserve allocated.
 	reserved []reserved
 }
 
-type nodeResult struct {
-	as []*alloc.Allocation
-	// pref is the stock scheduler's score of the subrequests chosen
-	// (draalloc.SubrequestScore summed over the claims).
-	pref  int64
-	share float64 // GPU share newly held
-	used  float64 // share of the node's GPUs in use after
-}
-
 type reserved struct {
-	claim *resourceapi.ResourceClaim
-	res   *resourceapi.AllocationResult
+	schedcore.Reserved
 	// written is set once PreBind stored the allocation.
 	written bool
 }
@@ -274,21 +257,12 @@ type reserved struct {
 func (c *cycle) Clone() fwk.StateData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d := &cycle{ours: c.ours, gen: c.gen, ns: c.ns, quota: c.quota, priority: c.priority, claims: c.claims, toAlloc: c.toAlloc, acs: c.acs, node: c.node,
-		classes: c.classes, key: c.key, id: c.id, shareable: c.shareable, usedMem: c.usedMem, usedComp: c.usedComp,
-		results: map[string]*nodeResult{}, removed: map[string]map[types.UID]bool{}}
+	d := &cycle{ours: c.ours, gen: c.gen, pod: c.pod, node: c.node,
+		results: map[string]*schedcore.NodeResult{}, removed: map[string]map[types.UID]bool{}}
 	for n, m := range c.removed {
-		d.removed[n] = maps_clone(m)
+		d.removed[n] = maps.Clone(m)
 	}
 	return d
-}
-
-func maps_clone(m map[types.UID]bool) map[types.UID]bool {
-	out := make(map[types.UID]bool, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 func getCycle(cs fwk.CycleState) *cycle {
@@ -370,11 +344,11 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			return nil, fwk.AsStatus(errors.New("gpuslice-scheduler is still reading ResourceSlices and ResourceClaims"))
 		}
 	}
-	c := &cycle{ours: true, gen: p.wait.generation(), ns: pod.Namespace, priority: int(ptr.Deref(pod.Spec.Priority, 0)), results: map[string]*nodeResult{},
-		removed: map[string]map[types.UID]bool{}, classes: map[string]*resourceapi.DeviceClass{}}
+	pp := &schedcore.Pod{Namespace: pod.Namespace, Priority: int(ptr.Deref(pod.Spec.Priority, 0)), Classes: map[string]*resourceapi.DeviceClass{}}
+	c := &cycle{ours: true, gen: p.wait.Generation(), pod: pp, results: map[string]*schedcore.NodeResult{}, removed: map[string]map[types.UID]bool{}}
 	cs.Write(stateKey, c)
 	if ns, err := p.namespaces.Get(pod.Namespace); err == nil {
-		if c.quota, err = quotaOf(ns); err != nil {
+		if pp.Quota, err = schedcore.QuotaOf(ns); err != nil {
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 		}
 	}
@@ -392,13 +366,13 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 				return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("claims of the pod are allocated on nodes %s and %s", c.node, n))
 			}
 			c.node = n
-			c.claims = append(c.claims, rc)
+			pp.Claims = append(pp.Claims, rc)
 			continue
 		}
 		if pending := p.fh.SharedDRAManager().ResourceClaims().GetPendingAllocation(rc.UID); pending != nil {
 			return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("claim %s is being allocated for another pod", rc.Name))
 		}
-		ac, err := draalloc.Translate(rc, c.priority)
+		ac, err := draalloc.Translate(rc, pp.Priority)
 		if err != nil {
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 		}
@@ -412,61 +386,22 @@ func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			}
 			for _, name := range names {
 				if dc, err := p.fh.SharedDRAManager().DeviceClasses().Get(name); err == nil {
-					c.classes[dc.Name] = dc
+					pp.Classes[dc.Name] = dc
 				} else {
 					return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("claim %s: DeviceClass %s: %v", rc.Name, name, err))
 				}
 			}
 		}
-		c.toAlloc = append(c.toAlloc, len(c.claims))
-		c.claims = append(c.claims, rc)
-		c.acs = append(c.acs, ac)
+		pp.ToAlloc = append(pp.ToAlloc, len(pp.Claims))
+		pp.Claims = append(pp.Claims, rc)
+		pp.Acs = append(pp.Acs, ac)
 	}
-	c.key, c.shareable = shapeKey(c.acs)
-	p.led.mu.Lock()
-	// A prioritized list under a namespace quota may take a later
-	// subrequest because of the quota, which a kept answer does not
-	// know: such cycles decide on every node (c.id 0).
-	if c.key != "" && (c.quota == nil || !hasChoices(c.acs)) {
-		c.id = p.led.shapeID(c.key)
-	}
-	if c.quota != nil {
-		c.usedMem, c.usedComp = p.led.usageLocked(c.ns, nil)
-	}
-	p.led.mu.Unlock()
+	p.led.Prepare(pp)
 	p.holderGone()
 	if c.node != "" {
 		return &fwk.PreFilterResult{NodeNames: sets.New(c.node)}, nil
 	}
 	return nil, nil
-}
-
-// shapeKey is the claims without their names, as Filter's verdicts are
-// keyed: claims of one shape get one answer on a node. shareable says no
-// selector reads a GPU's uuid (the answer on an empty node then holds for
-// every empty node of its shape).
-func shapeKey(acs []*draalloc.Claim) (string, bool) {
-	keys := make([]string, len(acs))
-	shareable := true
-	for i, ac := range acs {
-		k, readsUUID, _ := ac.Shape()
-		if k == "" {
-			return "", false
-		}
-		keys[i] = k
-		shareable = shareable && !readsUUID
-	}
-	return strings.Join(keys, "\n"), shareable
-}
-
-// hasChoices says a claim has a prioritized list.
-func hasChoices(acs []*draalloc.Claim) bool {
-	for _, ac := range acs {
-		if _, _, choices := ac.Shape(); choices {
-			return true
-		}
-	}
-	return false
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin: AddPod and RemovePod
@@ -541,38 +476,21 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if c.node != "" && node.Name != c.node {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "the pod's claims are allocated on another node")
 	}
-	if len(c.toAlloc) == 0 {
+	if len(c.pod.ToAlloc) == 0 {
 		return nil
 	}
-	if held, note := p.hold.held(pod.UID, c.priority, p.now()); held == node.Name {
-		return fwk.NewStatus(fwk.Unschedulable, note)
+	if h := p.hold.Held(pod.UID, c.pod.Priority, p.now()); h != nil && h.Node == node.Name {
+		return status(h, "")
 	}
 	c.mu.Lock()
 	skip := c.removed[node.Name]
 	c.mu.Unlock()
-	if len(skip) == 0 && c.id != 0 {
-		v, err := p.verdict(c, node.Name, node.Labels)
-		if err != nil {
-			return fwk.AsStatus(err)
-		}
-		reason := v.reason
-		if reason == "" && c.quota != nil {
-			reason = c.quota.exceeded(c.ns, c.usedMem, c.usedComp, v.mem, v.comp)
-		}
-		if reason != "" {
-			return fwk.NewStatus(fwk.Unschedulable, reason)
-		}
-		c.mu.Lock()
-		c.results[node.Name] = &nodeResult{share: v.share, used: v.used, pref: v.pref}
-		c.mu.Unlock()
-		return nil
-	}
-	r, reason, err := p.decide(c, node.Name, node.Labels, skip, false)
+	r, out, err := p.led.Filter(c.pod, node.Name, node.Labels, skip)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if r == nil {
-		return fwk.NewStatus(fwk.Unschedulable, reason)
+	if st := status(out, ""); st != nil {
+		return st
 	}
 	c.mu.Lock()
 	c.results[node.Name] = r
@@ -580,193 +498,20 @@ func (p *Plugin) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	return nil
 }
 
-// verdict is Filter's answer for the cycle's claims on a node: the
-// ledger's, when the node has not changed since claims of this shape were
-// decided on it (or, empty, on any empty node of its shape), else the
-// allocator's (decide), kept for the next pod of the shape. Most nodes
-// of a big cluster do not change between two pods, so most Filter calls
-// are a map lookup.
-func (p *Plugin) verdict(c *cycle, node string, labels map[string]string) (*verdict, error) {
-	l := p.led
-	l.mu.Lock()
-	n := l.node(node)
-	if labels != nil && !maps.Equal(labels, n.labels) {
-		n.labels = maps.Clone(labels)
-		l.stale(node, true)
+// status is an admission outcome as a framework status: nil when
+// admitted; UnschedulableAndUnresolvable for a pod no node could ever
+// hold (retrying elsewhere or later cannot help); Unschedulable with the
+// outcome's reason (prefixed) otherwise — doesn't fit now, over the
+// namespace's quota, kept off a held node — so the pod is retried as
+// things change and preemption may help.
+func status(out admit.Outcome, prefix string) *fwk.Status {
+	switch out.(type) {
+	case nil, admit.Admit:
+		return nil
+	case *admit.NeverFits:
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, prefix+out.Reason())
 	}
-	nd, err := l.devices(n)
-	if err != nil {
-		l.mu.Unlock()
-		return nil, fmt.Errorf("node %s: %w", node, err)
-	}
-	v, version := l.cachedVerdict(n, nd, c.id, c.shareable)
-	l.mu.Unlock()
-	if v != nil {
-		return v, nil
-	}
-	// the quota is checked per cycle, not kept
-	free := &cycle{ns: c.ns, claims: c.claims, toAlloc: c.toAlloc, acs: c.acs, classes: c.classes}
-	r, reason, err := p.decide(free, node, labels, nil, false)
-	if err != nil {
-		return nil, err
-	}
-	v = &verdict{reason: reason}
-	if r != nil {
-		v.share, v.used, v.pref = r.share, r.used, r.pref
-		v.mem, v.comp = holdsAll(r.as)
-	}
-	l.mu.Lock()
-	l.keepVerdict(n, nd, version, c.id, c.shareable, v)
-	l.mu.Unlock()
-	return v, nil
-}
-
-// decide allocates the cycle's claims on one node; commit applies them
-// to the node's State (Reserve). It returns the reason when they do not
-// fit.
-func (p *Plugin) decide(c *cycle, node string, labels map[string]string, skip map[types.UID]bool, commit bool) (*nodeResult, string, error) {
-	p.led.mu.Lock()
-	var usedMem int64
-	var usedComp int
-	if c.quota != nil {
-		usedMem, usedComp = p.led.usageLocked(c.ns, skip)
-	}
-	n, st, err := p.led.state(node, labels, skip)
-	if !commit {
-		p.led.mu.Unlock()
-	}
-	defer func() {
-		n.mu.Unlock()
-		if commit {
-			p.led.mu.Unlock()
-		}
-	}()
-	if err != nil {
-		return nil, "", fmt.Errorf("node %s: %w", node, err)
-	}
-	if len(n.devs.Node.GPUs) == 0 {
-		return nil, "no gpuslice GPUs", nil
-	}
-	work := st
-	if len(c.acs) > 1 && !commit {
-		work = st.Clone()
-	}
-	before := st.GPUsUsed()
-	r := &nodeResult{}
-	var applied []string
-	fail := func(reason string) (*nodeResult, string, error) {
-		if work == st {
-			for _, name := range applied {
-				_ = st.Release(name)
-			}
-			if len(applied) > 0 {
-				n.st = nil // Release leaves idle MIG instances: rebuild
-				p.led.changed(n)
-			}
-		}
-		return nil, reason, nil
-	}
-	for i, ac := range c.acs {
-		// A quota is one of the things a prioritized list falls back
-		// on: a subrequest the namespace's quota cannot hold gives way
-		// to the next.
-		var accept func(*alloc.Allocation) string
-		if c.quota != nil {
-			accept = func(a *alloc.Allocation) string {
-				mem, comp := holdsAll(append(slices.Clone(r.as), a))
-				return c.quota.exceeded(c.ns, usedMem, usedComp, mem, comp)
-			}
-		}
-		a, err := ac.Allocate(work, n.devs, accept)
-		if err != nil {
-			var nf *alloc.NoFitError
-			var ce *draalloc.ChoiceError
-			switch {
-			case errors.As(err, &ce):
-				return fail(ce.Reason(node))
-			case errors.As(err, &nf):
-				return fail(nf.PerNode[node])
-			}
-			return fail(err.Error())
-		}
-		r.pref += draalloc.SubrequestScore(c.claims[c.toAlloc[i]], a)
-		r.share += newlyHeld(work, a)
-		if commit || len(c.acs) > 1 {
-			if err := work.Apply(a); err != nil {
-				return fail(err.Error())
-			}
-			applied = append(applied, a.Claim)
-		}
-		r.as = append(r.as, a)
-	}
-	if c.quota != nil {
-		mem, comp := holdsAll(r.as)
-		if why := c.quota.exceeded(c.ns, usedMem, usedComp, mem, comp); why != "" {
-			return fail(why)
-		}
-	}
-	if commit {
-		for i, a := range r.as {
-			rc := c.claims[c.toAlloc[i]]
-			res, err := draalloc.ToResult(a, n.devs, rc, c.classes)
-			if err != nil {
-				return fail(err.Error())
-			}
-			p.led.reserve(rc.UID, rc.Namespace, a, res)
-			c.reserved = append(c.reserved, reserved{claim: rc, res: res})
-		}
-	}
-	gpus := float64(len(n.devs.Node.GPUs))
-	r.used = float64(before)/gpus + r.share/gpus
-	return r, "", nil
-}
-
-// newlyHeld is the GPU share an allocation newly holds: a device it joins
-// costs nothing; a device it opens costs the larger of its memory and
-// compute share of the GPU (a whole GPU: 1).
-func newlyHeld(st *alloc.State, a *alloc.Allocation) float64 {
-	var share float64
-	for _, d := range a.Devices {
-		if joined(st, d) {
-			continue
-		}
-		switch {
-		case d.Mode == alloc.Exclusive:
-			share++
-		default:
-			total := gpuMemory(st, d.GPU)
-			if total > 0 {
-				share += max(float64(d.MemoryMiB)/float64(total), float64(d.ComputePercent)/100)
-			}
-		}
-	}
-	return share
-}
-
-// joined reports whether another allocation already uses the device.
-func joined(st *alloc.State, d alloc.Assigned) bool {
-	for _, o := range st.Allocations() {
-		for _, od := range o.Devices {
-			if od.Device == d.Device {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func gpuMemory(st *alloc.State, uuid string) int64 {
-	for _, n := range st.Fleet().Nodes {
-		for _, g := range n.GPUs {
-			if g.UUID == uuid {
-				m, err := catalog.Default().GPU(g.Model)
-				if err == nil {
-					return m.MemoryMiB
-				}
-			}
-		}
-	}
-	return 0
+	return fwk.NewStatus(fwk.Unschedulable, prefix+out.Reason())
 }
 
 // PostFilter implements fwk.PostFilterPlugin: nothing to undo for
@@ -774,8 +519,8 @@ func gpuMemory(st *alloc.State, uuid string) int64 {
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	if c := ours(cs); c != nil {
 		p.starving(pod, c, p.now())
-		if p.wait.unschedulable(pod, c.gen) {
-			p.wait.freed(activator(p.fh))
+		if p.wait.Unschedulable(pod, c.gen) {
+			p.wait.Freed(activator(p.fh))
 		}
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
@@ -796,46 +541,7 @@ func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni f
 	if r == nil {
 		return 0, nil
 	}
-	return score(p.args.Placement, r), nil
-}
-
-func score(placement string, r *nodeResult) int64 {
-	newly := min(r.share, 1)
-	used := min(r.used, 1)
-	if placement == "spread" {
-		return int64(float64(fwk.MaxNodeScore) * (1 - used))
-	}
-	return int64(float64(fwk.MaxNodeScore) * (0.7*(1-newly) + 0.3*used))
-}
-
-// preferEarlierSubrequests ranks the nodes by the subrequests of the
-// pod's prioritized lists they can give before their placement score, as
-// the stock scheduler prefers them (its DynamicResources scores a node
-// by the subrequests chosen there): the nodes giving the best choice
-// keep their placement score halved and raised by 50, the others score
-// below 50 in proportion to their choice's score. Without prioritized
-// lists the scores are left as they are.
-func preferEarlierSubrequests(scores fwk.NodeScoreList, results map[string]*nodeResult) {
-	var best int64
-	for _, s := range scores {
-		if r := results[s.Name]; r != nil {
-			best = max(best, r.pref)
-		}
-	}
-	if best == 0 {
-		return
-	}
-	for i := range scores {
-		r := results[scores[i].Name]
-		switch {
-		case r == nil:
-			scores[i].Score = 0
-		case r.pref == best:
-			scores[i].Score = fwk.MaxNodeScore/2 + scores[i].Score/2
-		default:
-			scores[i].Score = (fwk.MaxNodeScore/2 - 1) * r.pref / best
-		}
-	}
+	return schedcore.Score(p.args.Placement, r), nil
 }
 
 // ScoreExtensions implements fwk.ScorePlugin.
@@ -847,7 +553,14 @@ func (p *Plugin) NormalizeScore(ctx context.Context, cs fwk.CycleState, pod *v1.
 	if c := ours(cs); c != nil {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		preferEarlierSubrequests(scores, c.results)
+		ns := make([]schedcore.NodeScore, len(scores))
+		for i, s := range scores {
+			ns[i] = schedcore.NodeScore{Name: s.Name, Score: s.Score}
+		}
+		schedcore.PreferEarlierSubrequests(ns, c.results)
+		for i := range scores {
+			scores[i].Score = ns[i].Score
+		}
 		return nil
 	}
 	if ext := p.inner().ScoreExtensions(); ext != nil {
@@ -865,26 +578,29 @@ func (p *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if c == nil {
 		return p.inner().Reserve(ctx, cs, pod, node)
 	}
-	if len(c.toAlloc) == 0 {
+	if len(c.pod.ToAlloc) == 0 {
 		return nil
 	}
 	var labels map[string]string
 	if ni, err := p.fh.SnapshotSharedLister().NodeInfos().Get(node); err == nil && ni.Node() != nil {
 		labels = ni.Node().Labels
 	}
-	r, reason, err := p.decide(c, node, labels, nil, true)
+	res, out, err := p.led.Reserve(c.pod, node, labels)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if r == nil {
-		return fwk.NewStatus(fwk.Unschedulable, "gpuslice: the node changed since Filter: "+reason)
+	if st := status(out, "gpuslice: the node changed since Filter: "); st != nil {
+		return st
 	}
-	if p.hold.release(pod.UID) {
-		p.led.freed() // pods kept off the held node may try it again
+	for _, r := range res {
+		c.reserved = append(c.reserved, reserved{Reserved: r})
+	}
+	if p.hold.Release(pod.UID) {
+		p.led.Freed() // pods kept off the held node may try it again
 	}
 	for _, rv := range c.reserved {
-		claim := rv.claim.DeepCopy()
-		claim.Status.Allocation = rv.res
+		claim := rv.Claim.DeepCopy()
+		claim.Status.Allocation = rv.Result
 		if err := p.fh.SharedDRAManager().ResourceClaims().SignalClaimPendingAllocation(claim.UID, claim); err != nil {
 			klog.FromContext(ctx).Error(err, "signal pending allocation", "claim", klog.KObj(claim))
 		}
@@ -904,13 +620,13 @@ func (p *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	}
 	logger := klog.FromContext(ctx)
 	for _, rv := range c.reserved {
-		p.fh.SharedDRAManager().ResourceClaims().MaybeRemoveClaimPendingAllocation(rv.claim.UID, true)
+		p.fh.SharedDRAManager().ResourceClaims().MaybeRemoveClaimPendingAllocation(rv.Claim.UID, true)
 		if rv.written {
-			if err := p.takeBack(ctx, rv.claim, pod); err != nil {
-				logger.Error(err, "taking back an allocation of an unbound pod", "claim", klog.KObj(rv.claim))
+			if err := p.takeBack(ctx, rv.Claim, pod); err != nil {
+				logger.Error(err, "taking back an allocation of an unbound pod", "claim", klog.KObj(rv.Claim))
 			}
 		}
-		p.led.unreserve(rv.claim.UID)
+		p.led.Unreserve(rv.Claim.UID)
 	}
 	c.reserved = nil
 }
@@ -953,13 +669,13 @@ func (p *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	}
 	byUID := map[types.UID]int{}
 	for i, rv := range c.reserved {
-		byUID[rv.claim.UID] = i
+		byUID[rv.Claim.UID] = i
 	}
-	for _, rc := range c.claims {
+	for _, rc := range c.pod.Claims {
 		var res *resourceapi.AllocationResult
 		i, mine := byUID[rc.UID]
 		if mine {
-			res = c.reserved[i].res
+			res = c.reserved[i].Result
 		}
 		updated, err := p.bind(ctx, rc, res, pod)
 		if mine {

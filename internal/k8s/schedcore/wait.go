@@ -1,47 +1,47 @@
-package plugin
+package schedcore
 
 import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 )
 
-// waiting are the gpuslice pods the last cycle found unschedulable. The
+// Waiting are the gpuslice pods the last cycle found unschedulable. The
 // ledger follows claims and slices through its own informer handlers,
 // which may run after the scheduling queue has already retried a pod on
 // the same event; so whenever the ledger frees devices (a claim
 // deallocated or deleted, a slice changed) it activates these pods
 // itself, and a cycle during which devices were freed activates its pod
 // again at once.
-type waiting struct {
+type Waiting struct {
 	mu   sync.Mutex
 	gen  uint64 // bumped whenever the ledger frees something
 	pods map[types.UID]*v1.Pod
 }
 
-func newWaiting() *waiting { return &waiting{pods: map[types.UID]*v1.Pod{}} }
+// NewWaiting starts with no pod waiting.
+func NewWaiting() *Waiting { return &Waiting{pods: map[types.UID]*v1.Pod{}} }
 
-// generation is the current free generation (PreFilter records it).
-func (w *waiting) generation() uint64 {
+// Generation is the current free generation (PreFilter records it).
+func (w *Waiting) Generation() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.gen
 }
 
-// unschedulable records a pod whose cycle (started at generation gen)
+// Unschedulable records a pod whose cycle (started at generation gen)
 // found no node; it reports whether devices were freed meanwhile.
-func (w *waiting) unschedulable(pod *v1.Pod, gen uint64) (freedMeanwhile bool) {
+func (w *Waiting) Unschedulable(pod *v1.Pod, gen uint64) (freedMeanwhile bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.pods[pod.UID] = pod
 	return w.gen != gen
 }
 
-// freed is called by the ledger; activate moves the pods back to the
+// Freed is called when the ledger frees devices; activate moves the pods back to the
 // scheduling queue.
-func (w *waiting) freed(activate func(map[string]*v1.Pod)) {
+func (w *Waiting) Freed(activate func(map[string]*v1.Pod)) {
 	w.mu.Lock()
 	w.gen++
 	pods := map[string]*v1.Pod{}
@@ -53,10 +53,4 @@ func (w *waiting) freed(activate func(map[string]*v1.Pod)) {
 	if len(pods) > 0 && activate != nil {
 		activate(pods)
 	}
-}
-
-func activator(h interface {
-	Activate(klog.Logger, map[string]*v1.Pod)
-}) func(map[string]*v1.Pod) {
-	return func(pods map[string]*v1.Pod) { h.Activate(klog.Background(), pods) }
 }

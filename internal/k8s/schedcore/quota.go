@@ -1,4 +1,4 @@
-package plugin
+package schedcore
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/admit"
 )
 
 // Per-namespace GPU quotas are annotations on the Namespace. Not a
@@ -27,61 +27,37 @@ const (
 	QuotaComputeAnnotation = "gpuslice.dev/gpu-compute-quota"
 )
 
-// quota is a namespace's limits (negative: none).
-type quota struct {
-	memMiB  int64
-	compute int
-}
-
-// quotaOf reads a namespace's quota annotations; nil when it has none.
-func quotaOf(ns *v1.Namespace) (*quota, error) {
+// QuotaOf reads a namespace's quota annotations: nil when it has none; a
+// limit it does not set is admit.NoLimit, and "0" allows nothing.
+func QuotaOf(ns *v1.Namespace) (*admit.Quota, error) {
 	mem, hasMem := ns.Annotations[QuotaMemoryAnnotation]
 	comp, hasComp := ns.Annotations[QuotaComputeAnnotation]
 	if !hasMem && !hasComp {
 		return nil, nil
 	}
-	q := &quota{memMiB: -1, compute: -1}
+	q := &admit.Quota{Scope: admit.NamespaceScope, Name: ns.Name, MemMiB: admit.NoLimit, Compute: admit.NoLimit}
 	if hasMem {
 		v, err := resource.ParseQuantity(mem)
 		if err != nil || v.Sign() < 0 {
 			return nil, fmt.Errorf("namespace %s: annotation %s %q: want a quantity of GPU memory such as 40Gi", ns.Name, QuotaMemoryAnnotation, mem)
 		}
-		q.memMiB = v.Value() >> 20
+		q.MemMiB = v.Value() >> 20
 	}
 	if hasComp {
 		v, err := strconv.Atoi(comp)
 		if err != nil || v < 0 {
 			return nil, fmt.Errorf("namespace %s: annotation %s %q: want a whole number of percent of a GPU such as 250", ns.Name, QuotaComputeAnnotation, comp)
 		}
-		q.compute = v
+		q.Compute = v
 	}
 	return q, nil
-}
-
-// exceeded says why adding (mem, comp) to what the namespace holds
-// (usedMem, usedComp) breaks the quota, or "".
-func (q *quota) exceeded(ns string, usedMem int64, usedComp int, mem int64, comp int) string {
-	if q.memMiB >= 0 && usedMem+mem > q.memMiB {
-		return fmt.Sprintf("namespace %s GPU memory quota %s: %s in use, the pod's claims need %s",
-			ns, mibString(q.memMiB), mibString(usedMem), mibString(mem))
-	}
-	if q.compute >= 0 && usedComp+comp > q.compute {
-		return fmt.Sprintf("namespace %s GPU compute quota %d%%: %d%% in use, the pod's claims need %d%%", ns, q.compute, usedComp, comp)
-	}
-	return ""
-}
-
-func mibString(m int64) string {
-	if m%1024 == 0 {
-		return fmt.Sprintf("%dGi", m/1024)
-	}
-	return fmt.Sprintf("%dMi", m)
 }
 
 // usageLocked sums what a namespace's claims hold — allocated ones as the
 // API server records them and this scheduler's in flight — leaving out
 // the claims in skip (a preemption simulation). Caller holds l.mu.
-func (l *ledger) usageLocked(ns string, skip map[types.UID]bool) (memMiB int64, compute int) {
+func (l *Ledger) usageLocked(ns string, skip map[types.UID]bool) admit.Use {
+	var u admit.Use
 	for uid, e := range l.claims {
 		if e.namespace != ns || skip[uid] {
 			continue
@@ -89,22 +65,10 @@ func (l *ledger) usageLocked(ns string, skip map[types.UID]bool) (memMiB int64, 
 		if e.a == nil && e.rc != nil {
 			n := l.node(e.node)
 			if nd, err := l.devices(n); err == nil {
-				_, _ = l.allocation(e, nd) // sets memMiB and compute
+				_, _ = l.allocation(e, nd) // sets held
 			}
 		}
-		memMiB += e.memMiB
-		compute += e.compute
+		u = u.Add(e.held)
 	}
-	return memMiB, compute
-}
-
-// holdsAll is what allocations hold together.
-func holdsAll(as []*alloc.Allocation) (int64, int) {
-	var m int64
-	var c int
-	for _, a := range as {
-		am, ac := holds(a)
-		m, c = m+am, c+ac
-	}
-	return m, c
+	return u
 }

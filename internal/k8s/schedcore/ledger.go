@@ -1,7 +1,8 @@
-package plugin
+package schedcore
 
 import (
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -9,23 +10,24 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 
+	"github.com/gpuslice/gpuslice/internal/admit"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
 )
 
-// ledger is the scheduler's view of gpuslice's devices: every node's
+// Ledger is the scheduler's view of gpuslice's devices: every node's
 // slices and every claim holding gpuslice devices, whether read from the
 // API server (informers) or reserved by this scheduler and not yet
 // written (in flight). Per node it keeps an allocator State built from
 // exactly that, rebuilt whenever something on the node changed in a way
 // the State did not see happen (a slice, a claim freed or allocated by
 // someone else), so the State never keeps a phantom allocation.
-type ledger struct {
+type Ledger struct {
 	cat    *catalog.Catalog
 	policy alloc.Policy
+	log    *slog.Logger
 
 	mu     sync.Mutex
 	slices map[string]map[string]*resourceapi.ResourceSlice // node -> slice name -> slice
@@ -41,7 +43,7 @@ type ledger struct {
 	ids    map[string]uint64
 	nextID uint64
 	// onFree is called (without l.mu) after devices were freed or
-	// added: a claim dropped, a slice changed.
+	// added: a claim dropped, a slice changed (OnFree).
 	onFree func()
 }
 
@@ -74,9 +76,8 @@ type verdict struct {
 	reason string // "": they fit
 	share  float64
 	used   float64
-	mem    int64
-	comp   int
-	pref   int64 // the subrequests' score (prioritized lists)
+	held   admit.Use // what the claims are given (quota)
+	pref   int64     // the subrequests' score (prioritized lists)
 }
 
 // maxShared bounds the shared verdicts (claim shapes × node shapes).
@@ -84,14 +85,14 @@ const maxShared = 1 << 14
 
 // changed gives the node a new version (its verdicts are forgotten).
 // Caller holds l.mu.
-func (l *ledger) changed(n *nodeEntry) {
+func (l *Ledger) changed(n *nodeEntry) {
 	l.seq++
 	n.version = l.seq
 	n.verdicts = nil
 }
 
 // shapeID numbers a shape (a node's or a claim's). Caller holds l.mu.
-func (l *ledger) shapeID(shape string) uint64 {
+func (l *Ledger) shapeID(shape string) uint64 {
 	id, ok := l.ids[shape]
 	if !ok {
 		if len(l.ids) >= maxShared {
@@ -111,7 +112,7 @@ func (l *ledger) shapeID(shape string) uint64 {
 // node as it is now, or nil, with the node's version to store one under.
 // shareable says the claims read no GPU uuid, so an empty node's verdict
 // holds for every empty node of its shape. Caller holds l.mu.
-func (l *ledger) cachedVerdict(n *nodeEntry, nd *draalloc.NodeDevices, claim uint64, shareable bool) (*verdict, uint64) {
+func (l *Ledger) cachedVerdict(n *nodeEntry, nd *draalloc.NodeDevices, claim uint64, shareable bool) (*verdict, uint64) {
 	if len(n.claims) == 0 && shareable {
 		if n.shape == 0 {
 			n.shape = l.shapeID(nd.Shape())
@@ -123,7 +124,7 @@ func (l *ledger) cachedVerdict(n *nodeEntry, nd *draalloc.NodeDevices, claim uin
 
 // keepVerdict stores a verdict made on version of the node, unless the
 // node changed meanwhile. Caller holds l.mu.
-func (l *ledger) keepVerdict(n *nodeEntry, nd *draalloc.NodeDevices, version, claim uint64, shareable bool, v *verdict) {
+func (l *Ledger) keepVerdict(n *nodeEntry, nd *draalloc.NodeDevices, version, claim uint64, shareable bool, v *verdict) {
 	if n.version != version {
 		return
 	}
@@ -155,17 +156,29 @@ type claimEntry struct {
 	a        *alloc.Allocation
 	devices  []string // result device names, to recognise our own write
 	inflight bool
-	memMiB   int64 // GPU memory the claim holds (quota)
-	compute  int   // compute percent of a GPU it holds (quota)
+	held     admit.Use // what the claim is given (quota)
 }
 
-func newLedger(policy alloc.Policy, cat *catalog.Catalog) *ledger {
-	return &ledger{cat: cat, policy: policy, slices: map[string]map[string]*resourceapi.ResourceSlice{},
+// NewLedger makes an empty ledger deciding with policy on cat's models;
+// log hears of allocations the API server records that do not restore.
+func NewLedger(policy alloc.Policy, cat *catalog.Catalog, log *slog.Logger) *Ledger {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Ledger{cat: cat, policy: policy, log: log, slices: map[string]map[string]*resourceapi.ResourceSlice{},
 		nodes: map[string]*nodeEntry{}, claims: map[types.UID]*claimEntry{}, shared: map[shapePair]*verdict{}, ids: map[string]uint64{}}
 }
 
+// OnFree sets what is called (without the ledger's lock) whenever devices
+// were freed or added: a claim dropped, a slice changed, a hold released.
+func (l *Ledger) OnFree(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.onFree = f
+}
+
 // node returns the node's entry, creating it. Caller holds l.mu.
-func (l *ledger) node(name string) *nodeEntry {
+func (l *Ledger) node(name string) *nodeEntry {
 	n := l.nodes[name]
 	if n == nil {
 		n = &nodeEntry{name: name, claims: map[types.UID]bool{}}
@@ -177,7 +190,7 @@ func (l *ledger) node(name string) *nodeEntry {
 // stale drops a node's State (and with slices, its devices). Caller holds
 // l.mu; the node's own lock is taken so a Filter in progress finishes on
 // the old State first.
-func (l *ledger) stale(name string, devicesToo bool) {
+func (l *Ledger) stale(name string, devicesToo bool) {
 	n := l.node(name)
 	l.changed(n)
 	n.mu.Lock()
@@ -193,9 +206,9 @@ func (l *ledger) stale(name string, devicesToo bool) {
 	n.mu.Unlock()
 }
 
-// setSlice records a gpuslice ResourceSlice (nil s: deleted).
-func (l *ledger) setSlice(name, node string, s *resourceapi.ResourceSlice) {
-	defer l.freed()
+// SetSlice records a gpuslice ResourceSlice (nil s: deleted).
+func (l *Ledger) SetSlice(name, node string, s *resourceapi.ResourceSlice) {
+	defer l.Freed()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.slices[node]
@@ -213,15 +226,15 @@ func (l *ledger) setSlice(name, node string, s *resourceapi.ResourceSlice) {
 
 // devices returns the node's devices, reading its slices when needed.
 // Caller holds l.mu.
-func (l *ledger) devices(n *nodeEntry) (*draalloc.NodeDevices, error) {
+func (l *Ledger) devices(n *nodeEntry) (*draalloc.NodeDevices, error) {
 	if n.devs == nil && n.devErr == nil {
 		n.devs, n.devErr = draalloc.NodeFromSlices(n.name, n.labels, slices.Collect(maps.Values(l.slices[n.name])), l.cat)
 	}
 	return n.devs, n.devErr
 }
 
-// setClaim records what the API server says about a claim (nil: deleted).
-func (l *ledger) setClaim(logger klog.Logger, uid types.UID, rc *resourceapi.ResourceClaim) {
+// SetClaim records what the API server says about a claim (nil: deleted).
+func (l *Ledger) SetClaim(uid types.UID, rc *resourceapi.ResourceClaim) {
 	l.mu.Lock()
 	old := l.claims[uid]
 	if rc == nil || rc.Status.Allocation == nil {
@@ -231,7 +244,7 @@ func (l *ledger) setClaim(logger klog.Logger, uid types.UID, rc *resourceapi.Res
 		}
 		l.mu.Unlock()
 		if dropped {
-			l.freed()
+			l.Freed()
 		}
 		return
 	}
@@ -261,7 +274,7 @@ func (l *ledger) setClaim(logger klog.Logger, uid types.UID, rc *resourceapi.Res
 
 // allocation returns the claim's allocation, reading it from the claim
 // against the node's devices when needed. Caller holds l.mu.
-func (l *ledger) allocation(e *claimEntry, nd *draalloc.NodeDevices) (*alloc.Allocation, error) {
+func (l *Ledger) allocation(e *claimEntry, nd *draalloc.NodeDevices) (*alloc.Allocation, error) {
 	if e.a != nil {
 		return e.a, nil
 	}
@@ -270,18 +283,22 @@ func (l *ledger) allocation(e *claimEntry, nd *draalloc.NodeDevices) (*alloc.All
 		return nil, err
 	}
 	e.a = a
-	e.memMiB, e.compute = holds(a)
+	e.held = admit.Given(a)
 	return a, nil
 }
 
-func (l *ledger) freed() {
-	if l.onFree != nil {
-		l.onFree()
+// Freed tells the ledger's OnFree that devices may have been freed.
+func (l *Ledger) Freed() {
+	l.mu.Lock()
+	f := l.onFree
+	l.mu.Unlock()
+	if f != nil {
+		f()
 	}
 }
 
 // drop forgets a claim and its node's State. Caller holds l.mu.
-func (l *ledger) drop(e *claimEntry) {
+func (l *Ledger) drop(e *claimEntry) {
 	delete(l.claims, e.uid)
 	if n := l.nodes[e.node]; n != nil {
 		delete(n.claims, e.uid)
@@ -293,7 +310,7 @@ func (l *ledger) drop(e *claimEntry) {
 // lock held: the caller must call n.mu.Unlock. Claims in skip are left
 // out (a preemption simulation), in a State of their own that is not
 // kept. Caller holds l.mu.
-func (l *ledger) state(name string, labels map[string]string, skip map[types.UID]bool) (*nodeEntry, *alloc.State, error) {
+func (l *Ledger) state(name string, labels map[string]string, skip map[types.UID]bool) (*nodeEntry, *alloc.State, error) {
 	n := l.node(name)
 	if labels != nil && !maps.Equal(labels, n.labels) {
 		n.labels = maps.Clone(labels)
@@ -326,7 +343,7 @@ func (l *ledger) state(name string, labels map[string]string, skip map[types.UID
 		return n, nil, err
 	}
 	for c, ferr := range failed {
-		klog.Background().Error(ferr, "allocation on the node does not restore; its devices stay taken by the API server's record", "claim", c, "node", name)
+		l.log.Error("allocation on the node does not restore; its devices stay taken by the API server's record", "claim", c, "node", name, "err", ferr)
 	}
 	if len(skip) == 0 {
 		n.st = st
@@ -337,42 +354,29 @@ func (l *ledger) state(name string, labels map[string]string, skip map[types.UID
 // reserve records an allocation this scheduler made and will write.
 // Caller holds l.mu and the node's lock, and has applied a to the node's
 // State.
-func (l *ledger) reserve(uid types.UID, namespace string, a *alloc.Allocation, res *resourceapi.AllocationResult) {
+func (l *Ledger) reserve(uid types.UID, namespace string, a *alloc.Allocation, res *resourceapi.AllocationResult) {
 	node := a.Devices[0].Node
 	var devs []string
 	for _, r := range res.Devices.Results {
 		devs = append(devs, r.Device)
 	}
 	sort.Strings(devs)
-	e := &claimEntry{uid: uid, namespace: namespace, node: node, a: cloneAlloc(a), devices: devs, inflight: true}
-	e.memMiB, e.compute = holds(a)
+	e := &claimEntry{uid: uid, namespace: namespace, node: node, a: cloneAlloc(a), devices: devs, inflight: true, held: admit.Given(a)}
 	l.claims[uid] = e
 	n := l.node(node)
 	n.claims[uid] = true
 	l.changed(n)
 }
 
-// unreserve forgets an in-flight allocation (Unreserve): its node's State
-// is rebuilt before the next decision.
-func (l *ledger) unreserve(uid types.UID) {
-	defer l.freed()
+// Unreserve forgets an in-flight allocation: its node's State is rebuilt
+// before the next decision.
+func (l *Ledger) Unreserve(uid types.UID) {
+	defer l.Freed()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.claims[uid]; e != nil && e.inflight {
 		l.drop(e)
 	}
-}
-
-// holds is the GPU memory (MiB) and compute (percent of a GPU) an
-// allocation holds.
-func holds(a *alloc.Allocation) (int64, int) {
-	var m int64
-	var c int
-	for _, d := range a.Devices {
-		m += d.MemoryMiB
-		c += d.ComputePercent
-	}
-	return m, c
 }
 
 func cloneAlloc(a *alloc.Allocation) *alloc.Allocation {

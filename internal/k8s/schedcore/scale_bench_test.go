@@ -1,4 +1,4 @@
-package plugin
+package schedcore
 
 import (
 	"fmt"
@@ -49,7 +49,7 @@ func benchClaim(i int) *resourceapi.ResourceClaim {
 // "kept" is Filter as it is (kept verdicts); "decide" runs the allocator
 // on every node as Filter did before. Reported: CPU time per pod and the
 // GPUs the pods hold at the end (go test -bench SchedulingCycles -run ^$
-// -benchtime 1x ./plugin/).
+// -benchtime 1x ./internal/k8s/schedcore/).
 func BenchmarkSchedulingCycles(b *testing.B) {
 	for _, nodes := range []int{500, 5000} {
 		for _, sample := range []string{"default", "all"} {
@@ -69,8 +69,7 @@ func BenchmarkSchedulingCycles(b *testing.B) {
 
 func benchCycles(b *testing.B, nodes int, all, kept bool) {
 	b.StopTimer()
-	l := newLedger(draalloc.Policy("binpack"), catalog.Default())
-	p := &Plugin{led: l}
+	l := NewLedger(draalloc.Policy("binpack"), catalog.Default(), nil)
 	names := make([]string, nodes)
 	for i := range nodes {
 		names[i] = fmt.Sprintf("node-%04d", i)
@@ -83,7 +82,7 @@ func benchCycles(b *testing.B, nodes int, all, kept bool) {
 			b.Fatal(err)
 		}
 		for j := range sl {
-			l.setSlice(sl[j].Name, names[i], &sl[j])
+			l.SetSlice(sl[j].Name, names[i], &sl[j])
 		}
 		// the slices are read once the node is first filtered, as in the
 		// scheduler; do it now so the timing is the steady state
@@ -108,12 +107,9 @@ func benchCycles(b *testing.B, nodes int, all, kept bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c := &cycle{ours: true, ns: rc.Namespace, claims: []*resourceapi.ResourceClaim{rc}, toAlloc: []int{0}, acs: []*draalloc.Claim{ac},
-			classes: map[string]*resourceapi.DeviceClass{}, results: map[string]*nodeResult{}}
-		c.key, c.shareable = shapeKey(c.acs)
-		l.mu.Lock()
-		c.id = l.shapeID(c.key)
-		l.mu.Unlock()
+		c := &Pod{Namespace: rc.Namespace, Claims: []*resourceapi.ResourceClaim{rc}, ToAlloc: []int{0}, Acs: []*draalloc.Claim{ac},
+			Classes: map[string]*resourceapi.DeviceClass{}}
+		l.Prepare(c)
 		best, bestScore, feasible := "", int64(-1), 0
 		processed := 0
 		for k := 0; k < nodes && feasible < want; k++ {
@@ -121,7 +117,7 @@ func benchCycles(b *testing.B, nodes int, all, kept bool) {
 			processed++
 			var share, used float64
 			if kept {
-				v, err := p.verdict(c, node, nil)
+				v, err := l.verdict(c, node, nil)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -130,7 +126,7 @@ func benchCycles(b *testing.B, nodes int, all, kept bool) {
 				}
 				share, used = v.share, v.used
 			} else {
-				r, _, err := p.decide(c, node, nil, nil, false)
+				r, _, _, err := l.decide(c, node, nil, nil, false)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -140,7 +136,7 @@ func benchCycles(b *testing.B, nodes int, all, kept bool) {
 				share, used = r.share, r.used
 			}
 			feasible++
-			if s := score("binpack", &nodeResult{share: share, used: used}); s > bestScore {
+			if s := Score("binpack", &NodeResult{share: share, used: used}); s > bestScore {
 				best, bestScore = node, s
 			}
 		}
@@ -148,8 +144,8 @@ func benchCycles(b *testing.B, nodes int, all, kept bool) {
 		if best == "" {
 			b.Fatalf("pod %d fits nowhere", i)
 		}
-		if r, reason, err := p.decide(c, best, nil, nil, true); err != nil || r == nil {
-			b.Fatalf("reserve pod %d on %s: %q %v", i, best, reason, err)
+		if res, out, err := l.Reserve(c, best, nil); err != nil || len(res) == 0 {
+			b.Fatalf("reserve pod %d on %s: %q %v", i, best, out.Reason(), err)
 		}
 	}
 	b.StopTimer()

@@ -1,4 +1,4 @@
-package plugin
+package schedcore
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 )
 
 // publish gives the ledger a node of n A100-40GB, as the driver publishes.
-func publish(t *testing.T, l *ledger, node string, n int) {
+func publish(t *testing.T, l *Ledger, node string, n int) {
 	t.Helper()
 	an := alloc.Node{Name: node}
 	for i := range n {
@@ -26,12 +26,12 @@ func publish(t *testing.T, l *ledger, node string, n int) {
 		t.Fatal(err)
 	}
 	for i := range sl {
-		l.setSlice(sl[i].Name, node, &sl[i])
+		l.SetSlice(sl[i].Name, node, &sl[i])
 	}
 }
 
-// wholeGPU is a cycle for one claim of a whole GPU in namespace ns.
-func wholeGPU(t *testing.T, l *ledger, ns, name string) *cycle {
+// wholeGPU is a pod with one claim of a whole GPU in namespace ns.
+func wholeGPU(t *testing.T, l *Ledger, ns, name string) *Pod {
 	t.Helper()
 	rc := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name)},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
@@ -40,9 +40,8 @@ func wholeGPU(t *testing.T, l *ledger, ns, name string) *cycle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cycle{ours: true, ns: ns, claims: []*resourceapi.ResourceClaim{rc}, toAlloc: []int{0}, acs: []*draalloc.Claim{ac}, classes: map[string]*resourceapi.DeviceClass{}}
-	c.key, c.shareable = shapeKey(c.acs)
-	c.id = l.shapeID(c.key)
+	c := &Pod{Namespace: ns, Claims: []*resourceapi.ResourceClaim{rc}, ToAlloc: []int{0}, Acs: []*draalloc.Claim{ac}, Classes: map[string]*resourceapi.DeviceClass{}}
+	l.Prepare(c)
 	return c
 }
 
@@ -51,8 +50,8 @@ func wholeGPU(t *testing.T, l *ledger, ns, name string) *cycle {
 // moment its State changes (an allocation reserved or taken back), so a
 // full node is never reported as fitting.
 func TestVerdictsFollowTheNode(t *testing.T) {
-	l := newLedger(draalloc.Policy("binpack"), catalog.Default())
-	p := &Plugin{led: l}
+	l := NewLedger(draalloc.Policy("binpack"), catalog.Default(), nil)
+	p := l
 	publish(t, l, "a", 2)
 	publish(t, l, "b", 2)
 
@@ -60,10 +59,10 @@ func TestVerdictsFollowTheNode(t *testing.T) {
 	if !c.shareable || c.key == "" {
 		t.Fatalf("a whole-GPU claim is shareable with a key: %v %q", c.shareable, c.key)
 	}
-	if k2, _ := shapeKey(wholeGPU(t, l, "team-a", "other-name").acs); k2 != c.key {
+	if k2, _ := shapeKey(wholeGPU(t, l, "team-a", "other-name").Acs); k2 != c.key {
 		t.Fatalf("claims differing only in name have different shapes:\n%s\n%s", c.key, k2)
 	}
-	if k3, _ := shapeKey(wholeGPU(t, l, "team-b", "p-0").acs); k3 == c.key {
+	if k3, _ := shapeKey(wholeGPU(t, l, "team-b", "p-0").Acs); k3 == c.key {
 		t.Fatal("claims of two tenants have one shape (tenant isolation depends on the tenant)")
 	}
 	va, err := p.verdict(c, "a", nil)
@@ -82,8 +81,8 @@ func TestVerdictsFollowTheNode(t *testing.T) {
 	// between them.
 	for i := range 2 {
 		ci := wholeGPU(t, l, "team-a", fmt.Sprintf("fill-%d", i))
-		if r, reason, err := p.decide(ci, "a", nil, nil, true); err != nil || r == nil {
-			t.Fatalf("reserve %d on a: %q %v", i, reason, err)
+		if res, out, err := p.Reserve(ci, "a", nil); err != nil || len(res) != 1 {
+			t.Fatalf("reserve %d on a: %q %v", i, out.Reason(), err)
 		}
 		if i == 0 {
 			if v, err := p.verdict(c, "a", nil); err != nil || v.reason != "" || l.nodes["a"].verdicts[c.id] != v {
@@ -98,21 +97,20 @@ func TestVerdictsFollowTheNode(t *testing.T) {
 		t.Fatalf("empty node b: %+v %v", v, err)
 	}
 	// One pod's allocation taken back: a fits again.
-	l.unreserve(types.UID("team-a-fill-0"))
+	l.Unreserve(types.UID("team-a-fill-0"))
 	if v, err := p.verdict(c, "a", nil); err != nil || v.reason != "" {
 		t.Fatalf("node a with a GPU free again: %+v %v", v, err)
 	}
 	// A selector naming a GPU's uuid is per node: never shared.
-	rc := c.claims[0].DeepCopy()
+	rc := c.Claims[0].DeepCopy()
 	rc.Spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 		Expression: `device.attributes["gpu.nvidia.com"].uuid == "GPU-b-0"`}}}
 	ac, err := draalloc.Translate(rc, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.claims[0], c.acs[0] = rc, ac
-	c.key, c.shareable = shapeKey(c.acs)
-	c.id = l.shapeID(c.key)
+	c.Claims[0], c.Acs[0] = rc, ac
+	l.Prepare(c)
 	if c.shareable {
 		t.Fatal("a selector on uuid is shareable")
 	}
