@@ -191,7 +191,15 @@ func (l *Ledger) decide(p *Pod, node string, labels map[string]string, skip map[
 		}
 		return nil, nil, out, nil
 	}
-	unfit := func(why string) (*NodeResult, []Reserved, admit.Outcome, error) { return fail(admit.Unfit{Why: why}) }
+	// over is the quota's last refusal: when the allocator's reason is
+	// its text, the quota is why, and the outcome says so.
+	var over *admit.OverQuota
+	unfit := func(why string) (*NodeResult, []Reserved, admit.Outcome, error) {
+		if over != nil && why == over.Reason() {
+			return fail(over)
+		}
+		return fail(admit.Unfit{Why: why})
+	}
 	for i, ac := range p.Acs {
 		// A quota is one of the things a prioritized list falls back
 		// on: a subrequest the namespace's quota cannot hold gives way
@@ -200,6 +208,7 @@ func (l *Ledger) decide(p *Pod, node string, labels map[string]string, skip map[
 		if p.Quota != nil {
 			accept = func(a *alloc.Allocation) string {
 				if o := p.Quota.Check(used, admit.GivenAll(append(slices.Clone(r.as), a))); o != nil {
+					over = o
 					return o.Reason()
 				}
 				return ""
