@@ -334,6 +334,65 @@ func (c *Cluster) WaitUnschedulable(ns, name string) string {
 	return msg
 }
 
+// Clear deletes every Pod (grace period 0, as a kubelet confirming it
+// stopped) and every ResourceClaim of the namespaces, taking the claims'
+// allocations and finalizers off first (no controller runs to), and
+// waits until they are gone: the namespaces' names are free again for the
+// test's next run, and the devices free on its nodes. It may run in a
+// Cleanup (Ctx is done by then; it takes a minute of its own).
+func (c *Cluster) Clear(namespaces ...string) {
+	c.T.Helper()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Ctx), time.Minute)
+	defer cancel()
+	c = &Cluster{T: c.T, Ctx: ctx, Srv: c.Srv, CS: c.CS, Options: c.Options}
+	zero := int64(0)
+	for _, ns := range namespaces {
+		pods, err := c.CS.CoreV1().Pods(ns).List(c.Ctx, metav1.ListOptions{})
+		if err != nil {
+			c.T.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if err := c.CS.CoreV1().Pods(ns).Delete(c.Ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+				c.T.Fatal(err)
+			}
+		}
+		claims, err := c.CS.ResourceV1().ResourceClaims(ns).List(c.Ctx, metav1.ListOptions{})
+		if err != nil {
+			c.T.Fatal(err)
+		}
+		for i := range claims.Items {
+			rc := &claims.Items[i]
+			rc.Status = resourceapi.ResourceClaimStatus{}
+			rc, err := c.CS.ResourceV1().ResourceClaims(ns).UpdateStatus(c.Ctx, rc, metav1.UpdateOptions{})
+			if err == nil {
+				rc.Finalizers = nil
+				_, err = c.CS.ResourceV1().ResourceClaims(ns).Update(c.Ctx, rc, metav1.UpdateOptions{})
+			}
+			if err == nil {
+				err = c.CS.ResourceV1().ResourceClaims(ns).Delete(c.Ctx, rc.Name, metav1.DeleteOptions{})
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				c.T.Fatalf("deleting claim %s/%s: %v", ns, claims.Items[i].Name, err)
+			}
+		}
+	}
+	c.Eventually(fmt.Sprintf("the pods and claims of %v to be gone", namespaces), func() (bool, string) {
+		left := 0
+		for _, ns := range namespaces {
+			pods, err := c.CS.CoreV1().Pods(ns).List(c.Ctx, metav1.ListOptions{})
+			if err != nil {
+				c.T.Fatal(err)
+			}
+			claims, err := c.CS.ResourceV1().ResourceClaims(ns).List(c.Ctx, metav1.ListOptions{})
+			if err != nil {
+				c.T.Fatal(err)
+			}
+			left += len(pods.Items) + len(claims.Items)
+		}
+		return left == 0, fmt.Sprintf("%d pods and claims left", left)
+	})
+}
+
 // Eventually polls cond until it holds, failing the test with what cond
 // last said once Ctx ends. It backs off as testkit.Eventually does
 // (apitest is linked into the gpuslice binary, which must not carry

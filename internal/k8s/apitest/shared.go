@@ -2,8 +2,10 @@ package apitest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -43,6 +45,22 @@ func Main(m *testing.M) int {
 	code := m.Run()
 	StopShared()
 	return code
+}
+
+// RaiseParallel sets -test.parallel to n (at least GOMAXPROCS) unless
+// the command line gave it: tests on a shared control plane spend most of
+// their time waiting for the API server and the scheduler, so more of
+// them than there are CPUs may run at once. Call it in TestMain before
+// Main; it parses the flags.
+func RaiseParallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", fmt.Sprint(max(n, runtime.GOMAXPROCS(0))))
+	}
 }
 
 // StopShared stops the shared control planes now (Main calls it; a
