@@ -35,7 +35,9 @@ type ClusterOptions struct {
 	// gives its pods that nodeSelector. Tests on a shared control plane
 	// each take a group of their own (e.g. their name); a test whose
 	// scheduler must see only its own nodes starts its own control plane
-	// instead.
+	// instead. When the test ends, a group's pods and claims (in
+	// Namespaces), slices and nodes are deleted, so that it can run
+	// again on the same control plane (go test -count=2).
 	Group string
 	// SchedulerName is the spec.schedulerName of the pods CreateClaimPod
 	// makes when ClaimPod.Scheduler is empty (default: default-scheduler).
@@ -57,8 +59,9 @@ type Cluster struct {
 	// Options are what NewCluster was given, defaults filled in.
 	Options ClusterOptions
 
-	mu    sync.Mutex
-	nodes []string
+	mu     sync.Mutex
+	nodes  []string
+	slices []string
 }
 
 // NewCluster makes a Cluster of srv (from Start or Shared; the scheduler
@@ -80,6 +83,9 @@ func NewCluster(t testing.TB, srv *Server, opts ClusterOptions) *Cluster {
 	ctx, cancel := context.WithTimeout(t.Context(), opts.Timeout)
 	t.Cleanup(cancel)
 	c := &Cluster{T: t, Ctx: ctx, Srv: srv, CS: cs, Options: opts}
+	if opts.Group != "" {
+		t.Cleanup(c.remove)
+	}
 	for _, ns := range opts.Namespaces {
 		if err := srv.EnsureNamespace(ctx, ns); err != nil {
 			t.Fatal(err)
@@ -91,6 +97,26 @@ func NewCluster(t testing.TB, srv *Server, opts ClusterOptions) *Cluster {
 		}
 	}
 	return c
+}
+
+// remove deletes what the cluster made on a shared control plane: its
+// namespaces' pods and claims, its slices and its nodes.
+func (c *Cluster) remove() {
+	if len(c.Options.Namespaces) > 0 {
+		c.Clear(c.Options.Namespaces...)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Ctx), time.Minute)
+	defer cancel()
+	for _, name := range c.slices {
+		if err := c.CS.ResourceV1().ResourceSlices().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			c.T.Errorf("deleting ResourceSlice %s: %v", name, err)
+		}
+	}
+	for _, name := range c.nodes {
+		if err := c.CS.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			c.T.Errorf("deleting Node %s: %v", name, err)
+		}
+	}
 }
 
 // Nodes are the names of the nodes AddNode and AddReadyNode created.
@@ -153,6 +179,9 @@ func (c *Cluster) CreateSlices(sl []resourceapi.ResourceSlice) {
 		if _, err := c.CS.ResourceV1().ResourceSlices().Create(c.Ctx, &sl[i], metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
 			c.T.Fatalf("the API server refuses slice %s: %v", sl[i].Name, err)
 		}
+		c.mu.Lock()
+		c.slices = append(c.slices, sl[i].Name)
+		c.mu.Unlock()
 	}
 }
 

@@ -36,6 +36,16 @@ func TestStartSchedulerBindsPods(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
+	// The shared control plane may run the test again (-count=2).
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, sched := range []string{"default-scheduler", "binpack"} {
+			_ = cs.CoreV1().Pods("default").Delete(ctx, "p-"+sched, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}
+		for _, n := range []string{"small", "big"} {
+			_ = cs.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+		}
+	})
 	for name, gpus := range map[string]string{"small": "1", "big": "8"} {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
 			Status: corev1.NodeStatus{
