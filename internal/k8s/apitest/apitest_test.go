@@ -146,9 +146,10 @@ spec:
 `
 
 func TestAPIServer(t *testing.T) {
+	t.Parallel()
 	begin := time.Now()
-	s := Start(t)
-	t.Logf("control plane ready in %v at %s", time.Since(begin).Round(time.Millisecond), s.URL)
+	s := Shared(t)
+	t.Logf("shared control plane ready in %v at %s", time.Since(begin).Round(time.Millisecond), s.URL)
 	ctx := t.Context()
 
 	t.Run("version", func(t *testing.T) {

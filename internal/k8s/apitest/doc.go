@@ -21,6 +21,18 @@
 // (as in CI) it fails the test instead, so a broken build cannot pass
 // silently.
 //
+// [Shared] is one control plane per test package instead (the package's
+// TestMain calls [Main], which stops it), and [SharedScheduler] one
+// scheduler per options on it. [NewCluster] is a test's part of either:
+// its namespaces, gpuslice's DeviceClasses, ready Nodes with the
+// ResourceSlices internal/k8s/dradriver publishes ([Cluster.AddNode]),
+// pods with a claim each ([Cluster.CreateClaimPod]) and waits for their
+// binds ([Cluster.WaitBound], [Cluster.WaitUnschedulable]). With
+// [ClusterOptions.Group] its nodes carry [GroupLabel] and its pods select
+// it, so tests sharing one control plane and scheduler stay on their own
+// nodes; a test whose scheduler must see no other test's nodes (a message
+// counting them, a decision over every node) starts its own with Start.
+//
 // Each [Start] launches its own etcd and kube-apiserver on free loopback
 // ports with state in the test's temporary directory, authenticates with a
 // generated client certificate in system:masters (authorization mode RBAC),

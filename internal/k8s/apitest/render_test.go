@@ -18,7 +18,8 @@ import (
 // kube-apiserver (server-side dry-run, strict field validation), for every
 // example and seed input.
 func TestRenderedObjectsPassDryRun(t *testing.T) {
-	srv := apitest.Start(t)
+	t.Parallel()
+	srv := apitest.Shared(t)
 	inputs := []string{"../../../examples/gpuslice.yaml", "../../../examples/compose-timeslicing.yaml", "../../../examples/compose-mig.yaml"}
 	for _, in := range inputs {
 		data, err := os.ReadFile(in)

@@ -3,7 +3,6 @@ package apitest_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -23,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
@@ -32,6 +30,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/plan"
 	"github.com/gpuslice/gpuslice/internal/render"
 	"github.com/gpuslice/gpuslice/internal/spec"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // scheduleInputs are the specs whose renders must schedule as planned.
@@ -53,35 +52,49 @@ var scheduleInputs = []string{
 // names are interchangeable), tenants that take replicas of a shared
 // resource are on separate nodes wherever the plan keeps them apart, and
 // every DRA claim got a device of the planned kind.
+//
+// The inputs run side by side on one control plane of the test's own
+// (its objects are real, in the namespaces the renders name, which the
+// package's dry-run tests on the shared one must find empty) under one
+// stock kube-scheduler: each run's nodes are named after it (RUN-node)
+// and labelled apitest.GroupLabel=RUN, and its pods select that label
+// beside the rendered pool's nodeSelector, so a run's pods land only on
+// its nodes. The inputs' namespaces differ; an input's two targets share
+// them and take turns, the first clearing its pods and claims when it
+// ends.
 func TestRenderedWorkloadsScheduleAsPlanned(t *testing.T) {
-	for _, in := range scheduleInputs {
-		for _, target := range []string{"kubernetes", "dra"} {
-			t.Run(strings.TrimSuffix(filepath.Base(in), ".yaml")+"/"+target, func(t *testing.T) {
-				s, p := readPlan(t, in)
-				if len(p.Unplaced) > 0 {
-					t.Fatalf("the plan leaves %d replica(s) unplaced", len(p.Unplaced))
-				}
-				srv := apitest.Start(t)
-				apitest.StartScheduler(t, srv, apitest.SchedulerOptions{})
-				c := newCluster(t, srv)
-				c.createNodes(s, p, target == "kubernetes")
-				if target == "dra" {
-					c.publishDevices(p)
-				}
-				out, err := render.Render(target, s, p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				pods := c.applyAndCreatePods(out)
-				bound := c.waitBound(pods)
-				checkPlacement(t, p, bound)
-				if target == "kubernetes" {
-					checkTenantsApart(t, p, bound)
-				} else {
-					c.checkClaims(p, bound)
-				}
-			})
-		}
+	t.Parallel()
+	srv := apitest.Start(t)
+	apitest.StartScheduler(t, srv, apitest.SchedulerOptions{})
+	for i, in := range scheduleInputs {
+		t.Run(strings.TrimSuffix(filepath.Base(in), ".yaml"), func(t *testing.T) {
+			t.Parallel()
+			for _, target := range []string{"kubernetes", "dra"} {
+				t.Run(target, func(t *testing.T) {
+					s, p := readPlan(t, in)
+					if len(p.Unplaced) > 0 {
+						t.Fatalf("the plan leaves %d replica(s) unplaced", len(p.Unplaced))
+					}
+					c := newCluster(t, srv, fmt.Sprintf("render%d-%s", i, target))
+					c.createNodes(s, p, target == "kubernetes")
+					if target == "dra" {
+						c.publishDevices(p)
+					}
+					out, err := render.Render(target, s, p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					pods := c.applyAndCreatePods(out)
+					bound := c.waitBound(pods)
+					checkPlacement(t, p, bound)
+					if target == "kubernetes" {
+						checkTenantsApart(t, p, bound)
+					} else {
+						c.checkClaims(p, bound)
+					}
+				})
+			}
+		})
 	}
 }
 
@@ -102,29 +115,36 @@ func readPlan(t *testing.T, path string) (*spec.Spec, *plan.Plan) {
 	return s, p
 }
 
-// cluster is one test's API server, seen through a typed client.
+// cluster is one run's part of the API server, seen through a typed
+// client: its nodes are named RUN-<planned name> and carry
+// apitest.GroupLabel=RUN, and its pods select them.
 type cluster struct {
+	*apitest.Cluster
 	t   *testing.T
-	srv *apitest.Server
-	cs  kubernetes.Interface
-	ctx context.Context
-	// gpuOf maps a ResourceSlice device ("node/device") to what it is.
+	run string
+	// devices maps a ResourceSlice device ("node/device") to what it is.
 	devices map[string]sliceDevice
+	// namespaces are those the run's pods are in (cleared when it ends).
+	namespaces []string
 }
 
 type sliceDevice struct {
 	node, uuid, parentUUID, profile string
 }
 
-func newCluster(t *testing.T, srv *apitest.Server) *cluster {
-	cs, err := kubernetes.NewForConfig(srv.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return &cluster{t: t, srv: srv, cs: cs, ctx: ctx, devices: map[string]sliceDevice{}}
+func newCluster(t *testing.T, srv *apitest.Server, run string) *cluster {
+	c := &cluster{t: t, run: run, devices: map[string]sliceDevice{}}
+	c.Cluster = apitest.NewCluster(t, srv, apitest.ClusterOptions{Group: run})
+	t.Cleanup(func() {
+		if len(c.namespaces) > 0 {
+			c.Clear(c.namespaces...)
+		}
+	})
+	return c
 }
+
+// node is the run's name of a planned node.
+func (c *cluster) node(planned string) string { return c.run + "-" + planned }
 
 // objects decodes a multi-document YAML render.
 func objects(t *testing.T, data []byte) []*unstructured.Unstructured {
@@ -302,19 +322,17 @@ func (c *cluster) createNodes(s *model.Spec, p *plan.Plan, devicePlugin bool) {
 					res[corev1.ResourceName(n)] = *resource.NewQuantity(k, resource.DecimalSI)
 				}
 			}
-			labels := map[string]string{corev1.LabelHostname: name}
+			labels := map[string]string{corev1.LabelHostname: c.node(name)}
 			for k, v := range shape.labels {
 				labels[k] = v
 			}
 			if pp.InstanceType != "" {
 				labels[corev1.LabelInstanceTypeStable] = pp.InstanceType
 			}
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.node(name), Labels: labels},
 				Spec:   corev1.NodeSpec{Taints: shape.taints},
 				Status: corev1.NodeStatus{Capacity: res, Allocatable: res}}
-			if _, err := c.srv.CreateReadyNode(c.ctx, node); err != nil {
-				t.Fatal(err)
-			}
+			c.AddNodeObject(node)
 		}
 	}
 }
@@ -340,13 +358,14 @@ func (c *cluster) publishDevices(p *plan.Plan) {
 		slices := map[string]*resourcev1.ResourceSlice{}
 		var order []string
 		for _, gp := range pp.GPUs {
-			sl := slices[gp.Node]
+			node := c.node(gp.Node)
+			sl := slices[node]
 			if sl == nil {
-				sl = &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: gp.Node + "-gpu.nvidia.com"},
-					Spec: resourcev1.ResourceSliceSpec{Driver: nvidiaDriver, NodeName: ptr(gp.Node),
-						Pool: resourcev1.ResourcePool{Name: gp.Node, ResourceSliceCount: 1}}}
-				slices[gp.Node] = sl
-				order = append(order, gp.Node)
+				sl = &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu.nvidia.com"},
+					Spec: resourcev1.ResourceSliceSpec{Driver: nvidiaDriver, NodeName: ptr(node),
+						Pool: resourcev1.ResourcePool{Name: node, ResourceSliceCount: 1}}}
+				slices[node] = sl
+				order = append(order, node)
 			}
 			str := func(s string) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{StringValue: ptr(s)} }
 			if !gp.MIG {
@@ -356,7 +375,7 @@ func (c *cluster) publishDevices(p *plan.Plan) {
 						"type": str("gpu"), "uuid": str(gp.UUID), "productName": str(product)},
 					Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{
 						"memory": {Value: *resource.NewQuantity(g.MemoryMiB<<20, resource.BinarySI)}}})
-				c.devices[gp.Node+"/"+name] = sliceDevice{node: gp.Node, uuid: gp.UUID}
+				c.devices[node+"/"+name] = sliceDevice{node: node, uuid: gp.UUID}
 				continue
 			}
 			for _, in := range gp.Instances {
@@ -365,7 +384,7 @@ func (c *cluster) publishDevices(p *plan.Plan) {
 					t.Fatal(err)
 				}
 				name := fmt.Sprintf("gpu-%d-mig-%s-%d", gp.Index, strings.NewReplacer(".", "-", "+", "-").Replace(in.Profile), in.Start)
-				uuid := fmt.Sprintf("MIG-%s-%d-%d", gp.Node, gp.Index, in.Start)
+				uuid := fmt.Sprintf("MIG-%s-%d-%d", node, gp.Index, in.Start)
 				sl.Spec.Devices = append(sl.Spec.Devices, resourcev1.Device{Name: name,
 					Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
 						"type": str("mig"), "uuid": str(uuid), "parentUUID": str(gp.UUID),
@@ -373,13 +392,11 @@ func (c *cluster) publishDevices(p *plan.Plan) {
 					Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{
 						"memory":          {Value: *resource.NewQuantity(prof.MemoryMiB<<20, resource.BinarySI)},
 						"multiprocessors": {Value: *resource.NewQuantity(int64(prof.SMs), resource.DecimalSI)}}})
-				c.devices[gp.Node+"/"+name] = sliceDevice{node: gp.Node, uuid: uuid, parentUUID: gp.UUID, profile: in.Profile}
+				c.devices[node+"/"+name] = sliceDevice{node: node, uuid: uuid, parentUUID: gp.UUID, profile: in.Profile}
 			}
 		}
 		for _, n := range order {
-			if _, err := c.cs.ResourceV1().ResourceSlices().Create(c.ctx, slices[n], metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			c.CreateSlices([]resourcev1.ResourceSlice{*slices[n]})
 		}
 	}
 }
@@ -413,11 +430,11 @@ func (c *cluster) applyAndCreatePods(out []byte) []string {
 	if !hasClasses && slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool {
 		return strings.HasPrefix(o.GetAPIVersion(), "resource.k8s.io/")
 	}) {
-		for _, err := range c.srv.Apply(c.ctx, []byte(driverDeviceClasses)) {
+		for _, err := range c.Srv.Apply(c.Ctx, []byte(driverDeviceClasses)) {
 			t.Fatal(err)
 		}
 	}
-	for _, err := range c.srv.Apply(c.ctx, out) {
+	for _, err := range c.Srv.Apply(c.Ctx, out) {
 		t.Fatal(err)
 	}
 	var pods []string
@@ -433,10 +450,14 @@ func (c *cluster) applyAndCreatePods(out []byte) []string {
 				t.Fatal(err)
 			}
 			pod.Name, pod.Namespace = fmt.Sprintf("%s-%d", o.GetName(), i), o.GetNamespace()
-			if err := c.srv.EnsureNamespace(c.ctx, pod.Namespace); err != nil {
+			c.SelectGroup(&pod.Spec)
+			if err := c.Srv.EnsureNamespace(c.Ctx, pod.Namespace); err != nil {
 				t.Fatal(err)
 			}
-			created, err := c.cs.CoreV1().Pods(pod.Namespace).Create(c.ctx, &pod, metav1.CreateOptions{})
+			if !slices.Contains(c.namespaces, pod.Namespace) {
+				c.namespaces = append(c.namespaces, pod.Namespace)
+			}
+			created, err := c.CS.CoreV1().Pods(pod.Namespace).Create(c.Ctx, &pod, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatalf("pod %s/%s: %v", pod.Namespace, pod.Name, err)
 			}
@@ -456,17 +477,13 @@ func (c *cluster) waitBound(names []string) []corev1.Pod {
 	t := c.t
 	// The scheduler binds these in well under a second each; a pod it
 	// cannot place is retried with backoff and stays unbound.
-	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
-	defer cancel()
-	for {
-		var out []corev1.Pod
+	var out []corev1.Pod
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("every one of %d pods bound", len(names)), func() (bool, string) {
+		out = nil
 		var pending []string
 		for _, nn := range names {
 			ns, name, _ := strings.Cut(nn, "/")
-			pod, err := c.cs.CoreV1().Pods(ns).Get(c.ctx, name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			pod := c.Pod(ns, name)
 			if pod.Spec.NodeName == "" {
 				why := "not tried yet"
 				for _, cond := range pod.Status.Conditions {
@@ -478,15 +495,9 @@ func (c *cluster) waitBound(names []string) []corev1.Pod {
 			}
 			out = append(out, *pod)
 		}
-		if len(pending) == 0 {
-			return out
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d of %d pods were never bound:\n  %s", len(pending), len(names), strings.Join(pending, "\n  "))
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return len(pending) == 0, fmt.Sprintf("%d of %d pods were never bound:\n  %s", len(pending), len(names), strings.Join(pending, "\n  "))
+	})
+	return out
 }
 
 // checkPlacement compares, per pool, the multiset of per-node workload
@@ -623,7 +634,7 @@ func (c *cluster) checkClaims(p *plan.Plan, pods []corev1.Pod) {
 		}
 		var kinds []string
 		for _, name := range got {
-			claim, err := c.cs.ResourceV1().ResourceClaims(pod.Namespace).Get(c.ctx, name, metav1.GetOptions{})
+			claim, err := c.CS.ResourceV1().ResourceClaims(pod.Namespace).Get(c.Ctx, name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -662,7 +673,7 @@ func (c *cluster) claimsFromTemplates(pod *corev1.Pod) {
 		if pc.ResourceClaimTemplateName == nil {
 			continue
 		}
-		tmpl, err := c.cs.ResourceV1().ResourceClaimTemplates(pod.Namespace).Get(c.ctx, *pc.ResourceClaimTemplateName, metav1.GetOptions{})
+		tmpl, err := c.CS.ResourceV1().ResourceClaimTemplates(pod.Namespace).Get(c.Ctx, *pc.ResourceClaimTemplateName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("pod %s/%s: template %s: %v", pod.Namespace, pod.Name, *pc.ResourceClaimTemplateName, err)
 		}
@@ -672,7 +683,7 @@ func (c *cluster) claimsFromTemplates(pod *corev1.Pod) {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID,
 				Controller: ptr(true), BlockOwnerDeletion: ptr(true)}}},
 			Spec: tmpl.Spec.Spec}
-		if _, err := c.cs.ResourceV1().ResourceClaims(pod.Namespace).Create(c.ctx, claim, metav1.CreateOptions{}); err != nil {
+		if _, err := c.CS.ResourceV1().ResourceClaims(pod.Namespace).Create(c.Ctx, claim, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		statuses = append(statuses, corev1.PodResourceClaimStatus{Name: pc.Name, ResourceClaimName: ptr(claim.Name)})
@@ -681,7 +692,7 @@ func (c *cluster) claimsFromTemplates(pod *corev1.Pod) {
 		return
 	}
 	pod.Status.ResourceClaimStatuses = statuses
-	if _, err := c.cs.CoreV1().Pods(pod.Namespace).UpdateStatus(c.ctx, pod, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.CS.CoreV1().Pods(pod.Namespace).UpdateStatus(c.Ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -11,13 +11,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // StartScheduler runs the stock kube-scheduler: a pod is bound to the one
 // node with room for its extended resource, and a named profile from
-// SchedulerOptions.Profiles schedules pods that name it.
+// SchedulerOptions.Profiles schedules pods that name it. It runs on the
+// package's shared control plane, whose other tests start no scheduler
+// (one with a default-scheduler profile would race this one for the pods)
+// and create no Nodes.
 func TestStartSchedulerBindsPods(t *testing.T) {
-	srv := apitest.Start(t)
+	t.Parallel()
+	srv := apitest.Shared(t)
 	apitest.StartScheduler(t, srv, apitest.SchedulerOptions{Profiles: `
 - schedulerName: default-scheduler
 - schedulerName: binpack
@@ -31,6 +36,16 @@ func TestStartSchedulerBindsPods(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
+	// The shared control plane may run the test again (-count=2).
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, sched := range []string{"default-scheduler", "binpack"} {
+			_ = cs.CoreV1().Pods("default").Delete(ctx, "p-"+sched, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}
+		for _, n := range []string{"small", "big"} {
+			_ = cs.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{})
+		}
+	})
 	for name, gpus := range map[string]string{"small": "1", "big": "8"} {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
 			Status: corev1.NodeStatus{
@@ -53,21 +68,15 @@ func TestStartSchedulerBindsPods(t *testing.T) {
 		}
 	}
 	for _, sched := range []string{"default-scheduler", "binpack"} {
-		node := ""
-		for node == "" {
+		var node string
+		testkit.EventuallyCtx(t, ctx, "pod p-"+sched+" to be bound", func() (bool, string) {
 			p, err := cs.CoreV1().Pods("default").Get(ctx, "p-"+sched, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			node = p.Spec.NodeName
-			if node == "" {
-				select {
-				case <-ctx.Done():
-					t.Fatalf("pod p-%s was never bound", sched)
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-		}
+			return node != "", "pod p-" + sched + " was never bound"
+		})
 		// Only "big" has 3 of example.com/gpu, so only it fits.
 		if node != "big" {
 			t.Errorf("pod p-%s bound to %s, want big", sched, node)

@@ -2,8 +2,10 @@ package apitest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -16,8 +18,15 @@ import (
 // API server) starts its own with Start instead.
 
 var shared struct {
-	mu      sync.Mutex
-	servers map[string]*sharedServer
+	mu         sync.Mutex
+	servers    map[string]*sharedServer
+	schedulers map[string]*sharedScheduler
+}
+
+type sharedScheduler struct {
+	sched *Scheduler
+	dir   string
+	err   error
 }
 
 type sharedServer struct {
@@ -38,11 +47,35 @@ func Main(m *testing.M) int {
 	return code
 }
 
+// RaiseParallel sets -test.parallel to n (at least GOMAXPROCS) unless
+// the command line gave it: tests on a shared control plane spend most of
+// their time waiting for the API server and the scheduler, so more of
+// them than there are CPUs may run at once. Call it in TestMain before
+// Main; it parses the flags.
+func RaiseParallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", fmt.Sprint(max(n, runtime.GOMAXPROCS(0))))
+	}
+}
+
 // StopShared stops the shared control planes now (Main calls it; a
 // TestMain that does more than Main may call it itself).
 func StopShared() {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
+	// Schedulers first: one whose API server is gone keeps retrying.
+	for k, s := range shared.schedulers {
+		if s.sched != nil {
+			s.sched.Stop()
+		}
+		os.RemoveAll(s.dir)
+		delete(shared.schedulers, k)
+	}
 	for k, s := range shared.servers {
 		if s.stop != nil {
 			logs := s.stop()
@@ -96,6 +129,41 @@ func SharedWith(t testing.TB, opts Options) *Server {
 		t.Fatalf("apitest: shared control plane: %v", s.err)
 	}
 	return s.srv
+}
+
+// SharedScheduler returns the scheduler of srv (a Shared one) started
+// with opts, starting it on first use; tests asking for equal options on
+// one Server share it, and Main stops it. Its profiles' schedulerNames
+// must be the sharing tests' alone: a test that restarts its scheduler,
+// or needs other plugin arguments, starts its own with StartScheduler and
+// a schedulerName of its own.
+func SharedScheduler(t testing.TB, srv *Server, opts SchedulerOptions) *Scheduler {
+	t.Helper()
+	if !mainRunning() {
+		t.Fatal("apitest: SharedScheduler needs the package's TestMain to call apitest.Main (it stops the scheduler)")
+	}
+	key := fmt.Sprintf("%p|%#v", srv, opts)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.schedulers == nil {
+		shared.schedulers = map[string]*sharedScheduler{}
+	}
+	s := shared.schedulers[key]
+	if s == nil {
+		s = &sharedScheduler{}
+		s.dir, s.err = os.MkdirTemp("", "apitest-scheduler-")
+		if s.err == nil {
+			s.sched, s.err = startScheduler(context.Background(), srv, s.dir, opts)
+		}
+		shared.schedulers[key] = s
+	}
+	if s.err != nil {
+		if s.sched != nil {
+			t.Logf("scheduler log (tail):\n%s", s.sched.Tail(6000))
+		}
+		t.Fatalf("apitest: shared scheduler: %v", s.err)
+	}
+	return s.sched
 }
 
 // mainRunning reports whether Main is running the tests; set by Main.

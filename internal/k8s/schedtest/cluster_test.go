@@ -1,24 +1,24 @@
 package schedtest
 
 import (
-	"context"
-	"fmt"
+	"os"
 	"strings"
 	"testing"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 )
+
+// TestMain stops the package's shared control plane and scheduler; its
+// tests mostly wait, so up to 8 run at once.
+func TestMain(m *testing.M) {
+	apitest.RaiseParallel(8)
+	os.Exit(apitest.Main(m))
+}
 
 // SchedulerName is the profile gpuslice-scheduler runs in these tests.
 const SchedulerName = "gpuslice-scheduler"
@@ -33,81 +33,78 @@ const Profile = `
       disabled: [{name: DynamicResources}]
 `
 
+// named is a profile (Profile or one built on it) with its schedulerName
+// replaced, for a test's own scheduler on the shared control plane.
+func named(profile, schedulerName string) string {
+	return strings.Replace(profile, "schedulerName: "+SchedulerName, "schedulerName: "+schedulerName, 1)
+}
+
+// cluster is a test's part of a control plane and the scheduler its pods
+// name.
 type cluster struct {
+	*apitest.Cluster
 	t     *testing.T
-	ctx   context.Context
-	cs    *kubernetes.Clientset
-	srv   *apitest.Server
-	bin   string
 	sched *apitest.Scheduler
 	opts  apitest.SchedulerOptions
+	// own says the test started sched itself (restart may stop it).
+	own bool
 }
 
-// newCluster starts etcd, kube-apiserver and gpuslice-scheduler, and
-// creates gpuslice's DeviceClasses and the namespaces.
-func newCluster(t *testing.T, profile string, namespaces ...string) *cluster {
-	return newClusterOf(t, apitest.GpusliceSchedulerBinary(t), profile, namespaces...)
+// sharedCluster is the test's part of the package's shared control plane
+// under the shared gpuslice-scheduler (Profile): its namespaces and nodes
+// are its own (nodes labelled with group, pods selecting them), so tests
+// using it run in parallel.
+func sharedCluster(t *testing.T, group string, namespaces ...string) *cluster {
+	srv := apitest.Shared(t)
+	opts := apitest.SchedulerOptions{Binary: apitest.GpusliceSchedulerBinary(t), Profiles: Profile}
+	c := &cluster{t: t, opts: opts}
+	c.Cluster = apitest.NewCluster(t, srv, apitest.ClusterOptions{Namespaces: namespaces, Group: group, SchedulerName: SchedulerName, Timeout: clusterTimeout})
+	c.sched = apitest.SharedScheduler(t, srv, opts)
+	return c
 }
 
-// newClusterOf is newCluster with the scheduler binary chosen ("": the
-// stock kube-scheduler, in its default profile when profile is "-").
-func newClusterOf(t *testing.T, bin, profile string, namespaces ...string) *cluster {
-	srv := apitest.Start(t)
-	cs, err := kubernetes.NewForConfig(srv.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), clusterTimeout)
-	t.Cleanup(cancel)
-	for _, ns := range namespaces {
-		if err := srv.EnsureNamespace(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, dc := range dradriver.DeviceClasses() {
-		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	switch profile {
-	case "":
+// ownScheduler is sharedCluster with a gpuslice-scheduler of the test's
+// own running profile (Profile when ""), its schedulerName made the
+// test's (SchedulerName-group): for a test that restarts its scheduler or
+// configures the plugin.
+func ownScheduler(t *testing.T, group, profile string, namespaces ...string) *cluster {
+	if profile == "" {
 		profile = Profile
-	case "-":
-		profile = ""
 	}
-	c := &cluster{t: t, ctx: ctx, cs: cs, srv: srv, bin: bin, opts: apitest.SchedulerOptions{Binary: bin, Profiles: profile}}
+	name := SchedulerName + "-" + group
+	srv := apitest.Shared(t)
+	c := &cluster{t: t, own: true, opts: apitest.SchedulerOptions{Binary: apitest.GpusliceSchedulerBinary(t), Profiles: named(profile, name)}}
+	c.Cluster = apitest.NewCluster(t, srv, apitest.ClusterOptions{Namespaces: namespaces, Group: group, SchedulerName: name, Timeout: clusterTimeout})
 	c.sched = apitest.StartScheduler(t, srv, c.opts)
 	return c
 }
 
-// restart stops the scheduler and starts a new one.
-func (c *cluster) restart() {
-	c.sched.Stop()
-	c.sched = apitest.StartScheduler(c.t, c.srv, c.opts)
+// ownControlPlane starts a control plane of the test's own with the
+// scheduler bin ("": the stock kube-scheduler, in its default profile
+// when profile is "-"; else Profile when profile is ""): for a test whose
+// scheduler must see no other test's nodes.
+func ownControlPlane(t *testing.T, bin, profile string, namespaces ...string) *cluster {
+	srv := apitest.Start(t)
+	schedName := SchedulerName
+	switch profile {
+	case "":
+		profile = Profile
+	case "-":
+		profile, schedName = "", "default-scheduler"
+	}
+	c := &cluster{t: t, own: true, opts: apitest.SchedulerOptions{Binary: bin, Profiles: profile}}
+	c.Cluster = apitest.NewCluster(t, srv, apitest.ClusterOptions{Namespaces: namespaces, SchedulerName: schedName, Timeout: clusterTimeout})
+	c.sched = apitest.StartScheduler(t, srv, c.opts)
+	return c
 }
 
-// addNode creates a ready Node and publishes its GPUs' slices.
-func (c *cluster) addNode(name, model string, gpus int) {
-	c.t.Helper()
-	n := alloc.Node{Name: name}
-	for i := range gpus {
-		n.GPUs = append(n.GPUs, alloc.GPU{UUID: fmt.Sprintf("GPU-%s-%d", name, i), Index: i, Model: model, Healthy: true})
+// restart stops the test's own scheduler and starts a new one.
+func (c *cluster) restart() {
+	if !c.own {
+		c.t.Fatal("restart: the test runs under the shared scheduler; start its own with ownScheduler")
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
-		Capacity:    corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")},
-		Allocatable: corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")}}}
-	if _, err := c.srv.CreateReadyNode(c.ctx, node); err != nil {
-		c.t.Fatal(err)
-	}
-	slices, err := dradriver.Slices(n, 1, "580.65.06", nil)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	for i := range slices {
-		if _, err := c.cs.ResourceV1().ResourceSlices().Create(c.ctx, &slices[i], metav1.CreateOptions{}); err != nil {
-			c.t.Fatalf("slice %s: %v", slices[i].Name, err)
-		}
-	}
+	c.sched.Stop()
+	c.sched = apitest.StartScheduler(c.t, c.Srv, c.opts)
 }
 
 // podSpec describes one pod with one claim.
@@ -118,45 +115,27 @@ type podSpec struct {
 	isolation                         string // the claim's gpuslice.dev/isolation annotation
 }
 
+// claimPod is p as apitest's ClaimPod (a 10m CPU request beside the claim).
+func (p podSpec) claimPod() apitest.ClaimPod {
+	cp := apitest.ClaimPod{Namespace: p.ns, Name: p.name, Class: p.class, Selector: p.selector, Memory: p.memory,
+		Priority: p.priority, Scheduler: p.scheduler, CPU: "10m"}
+	if p.isolation != "" {
+		cp.Annotations = map[string]string{"gpuslice.dev/isolation": p.isolation}
+	}
+	return cp
+}
+
 // create makes the pod's ResourceClaim and the pod.
 func (c *cluster) create(p podSpec) {
 	c.t.Helper()
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: p.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
-	if p.selector != "" {
-		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: p.selector}}}
-	}
-	if p.memory != "" {
-		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(p.memory)}}
-	}
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: p.ns},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}}}
-	if p.isolation != "" {
-		claim.Annotations = map[string]string{"gpuslice.dev/isolation": p.isolation}
-	}
-	if _, err := c.cs.ResourceV1().ResourceClaims(p.ns).Create(c.ctx, claim, metav1.CreateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
-	cn := p.name
-	sched := p.scheduler
-	if sched == "" {
-		sched = SchedulerName
-	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: p.ns}, Spec: corev1.PodSpec{
-		SchedulerName:  sched,
-		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}},
-		Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}},
-			Requests: corev1.ResourceList{"cpu": resource.MustParse("10m")}}}}}}
-	pod.Spec.PriorityClassName = p.priority
-	if _, err := c.cs.CoreV1().Pods(p.ns).Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
+	c.CreateClaimPod(p.claimPod())
 }
 
 // priorityClass creates a PriorityClass.
 func (c *cluster) priorityClass(name string, value int32) {
 	c.t.Helper()
 	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
-	if _, err := c.cs.SchedulingV1().PriorityClasses().Create(c.ctx, pc, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CS.SchedulingV1().PriorityClasses().Create(c.Ctx, pc, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -164,75 +143,56 @@ func (c *cluster) priorityClass(name string, value int32) {
 // bound waits for the pod to be bound and returns its node.
 func (c *cluster) bound(ns, name string) string {
 	c.t.Helper()
-	for {
-		p, err := c.cs.CoreV1().Pods(ns).Get(c.ctx, name, metav1.GetOptions{})
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		if p.Spec.NodeName != "" {
-			return p.Spec.NodeName
-		}
-		select {
-		case <-c.ctx.Done():
-			c.t.Fatalf("pod %s/%s was never bound: %+v", ns, name, p.Status.Conditions)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return c.WaitBound(ns, name)
 }
 
 // unschedulable waits until the pod's PodScheduled condition says
 // Unschedulable and returns its message; it fails if the pod is bound.
 func (c *cluster) unschedulable(ns, name string) string {
 	c.t.Helper()
-	for {
-		p, err := c.cs.CoreV1().Pods(ns).Get(c.ctx, name, metav1.GetOptions{})
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		if p.Spec.NodeName != "" {
-			c.t.Fatalf("pod %s/%s was bound to %s", ns, name, p.Spec.NodeName)
-		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-				return cond.Message
-			}
-		}
-		select {
-		case <-c.ctx.Done():
-			c.t.Fatalf("pod %s/%s is neither bound nor unschedulable", ns, name)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return c.WaitUnschedulable(ns, name)
 }
 
 // claim reads a claim.
 func (c *cluster) claim(ns, name string) *resourceapi.ResourceClaim {
 	c.t.Helper()
-	rc, err := c.cs.ResourceV1().ResourceClaims(ns).Get(c.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return rc
+	return c.Claim(ns, name)
 }
 
-// snapshot reads every slice and claim from the API server.
+// snapshot reads the slices of the test's nodes and the claims of its
+// namespaces from the API server (on a control plane of the test's own:
+// every slice and claim).
 func (c *cluster) snapshot() (*draalloc.Snapshot, []*resourceapi.ResourceClaim) {
 	c.t.Helper()
-	sl, err := c.cs.ResourceV1().ResourceSlices().List(c.ctx, metav1.ListOptions{})
+	sl, err := c.CS.ResourceV1().ResourceSlices().List(c.Ctx, metav1.ListOptions{})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	cl, err := c.cs.ResourceV1().ResourceClaims("").List(c.ctx, metav1.ListOptions{})
+	cl, err := c.CS.ResourceV1().ResourceClaims("").List(c.Ctx, metav1.ListOptions{})
 	if err != nil {
 		c.t.Fatal(err)
+	}
+	// On the shared control plane: the pools (one per node) of the
+	// test's nodes, the claims of its namespaces.
+	shared := c.Options.Group != ""
+	nodes, nss := map[string]bool{}, map[string]bool{}
+	for _, n := range c.Nodes() {
+		nodes[n] = true
+	}
+	for _, ns := range c.Options.Namespaces {
+		nss[ns] = true
 	}
 	var slices []*resourceapi.ResourceSlice
 	for i := range sl.Items {
-		slices = append(slices, &sl.Items[i])
+		if !shared || nodes[sl.Items[i].Spec.Pool.Name] {
+			slices = append(slices, &sl.Items[i])
+		}
 	}
 	var claims []*resourceapi.ResourceClaim
 	for i := range cl.Items {
-		claims = append(claims, &cl.Items[i])
+		if !shared || nss[cl.Items[i].Namespace] {
+			claims = append(claims, &cl.Items[i])
+		}
 	}
 	snap, err := draalloc.Read(slices, claims, nil)
 	if err != nil {

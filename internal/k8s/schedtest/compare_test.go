@@ -59,15 +59,32 @@ func (r runResult) String() string {
 		r.name, r.pods, r.seconds, float64(r.pods)/r.seconds, r.gpus, r.mixed)
 }
 
-// runMix starts a control plane with the given scheduler, n nodes, creates
-// the mix from 8 goroutines at once and waits for every pod to be bound.
-func runMix(t *testing.T, name, bin, profile, scheduler string, n, groups int, isolation string) runResult {
-	nss := []string{"team-0", "team-1", "team-2", "team-3", "team-4"}
-	c := newClusterOf(t, bin, profile, nss...)
-	defer c.sched.Stop()
+// mixNamespaces are the namespaces of the mix's pods.
+var mixNamespaces = []string{"team-0", "team-1", "team-2", "team-3", "team-4"}
+
+// mixCluster starts a control plane of the test's own (the schedulers
+// compared must see only these nodes) with n nodes of four A100-40GB and
+// no scheduler: each runMix starts its own.
+func mixCluster(t *testing.T, n int) *cluster {
+	srv := apitest.Start(t)
+	c := &cluster{t: t, own: true}
+	c.Cluster = apitest.NewCluster(t, srv, apitest.ClusterOptions{Namespaces: mixNamespaces, Timeout: clusterTimeout})
 	for i := range n {
-		c.addNode(fmt.Sprintf("node-%03d", i), "A100-40GB", 4)
+		c.AddNode(fmt.Sprintf("node-%03d", i), "A100-40GB", 4)
 	}
+	return c
+}
+
+// runMix starts the given scheduler on c's empty nodes, creates the mix
+// from 8 goroutines at once, waits for every pod to be bound, and stops
+// the scheduler (clearPods empties the nodes for the next run).
+func runMix(t *testing.T, c *cluster, name, bin, profile, scheduler string, groups int, isolation string) runResult {
+	if profile == "-" {
+		profile = ""
+	}
+	c.opts = apitest.SchedulerOptions{Binary: bin, Profiles: profile}
+	c.sched = apitest.StartScheduler(t, c.Srv, c.opts)
+	defer c.sched.Stop()
 	pods := mix(groups, isolation)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -76,7 +93,9 @@ func runMix(t *testing.T, name, bin, profile, scheduler string, n, groups int, i
 		wg.Go(func() {
 			for p := range next {
 				p.scheduler = scheduler
-				c.create(p)
+				if err := c.TryCreateClaimPod(p.claimPod()); err != nil {
+					t.Error(err)
+				}
 			}
 		})
 	}
@@ -85,9 +104,12 @@ func runMix(t *testing.T, name, bin, profile, scheduler string, n, groups int, i
 	}
 	close(next)
 	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
 	// Poll the whole list: every pod bound.
-	for {
-		list, err := c.cs.CoreV1().Pods("").List(c.ctx, metav1.ListOptions{})
+	c.Eventually(fmt.Sprintf("%s: every one of %d pods bound", name, len(pods)), func() (bool, string) {
+		list, err := c.CS.CoreV1().Pods("").List(c.Ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,15 +119,8 @@ func runMix(t *testing.T, name, bin, profile, scheduler string, n, groups int, i
 				bound++
 			}
 		}
-		if bound == len(pods) {
-			break
-		}
-		select {
-		case <-c.ctx.Done():
-			t.Fatalf("%s: %d of %d pods bound before the deadline\n%s", name, bound, len(pods), c.sched.Tail(3000))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return bound == len(pods), fmt.Sprintf("%d of %d pods bound", bound, len(pods))
+	})
 	r := runResult{name: name, pods: len(pods), seconds: time.Since(start).Seconds()}
 	_, claims := c.snapshot()
 	gpus := map[string]bool{}
@@ -133,6 +148,7 @@ func runMix(t *testing.T, name, bin, profile, scheduler string, n, groups int, i
 // figures are logged (go test -v); GPUSLICE_SCHED_BENCH=1 runs 500 nodes
 // (TestSchedulerBench).
 func TestSchedulersCompared(t *testing.T) {
+	t.Parallel()
 	compare(t, 10)
 }
 
@@ -162,12 +178,15 @@ func compare(t *testing.T, n int) { compareOn(t, n, n) }
 // compareOn runs groups groups of the mix on n nodes through each
 // scheduler.
 func compareOn(t *testing.T, n, groups int) {
+	c := mixCluster(t, n)
 	bin := ""
-	stock := runMix(t, "stock kube-scheduler, our slices", bin, "-", "default-scheduler", n, groups, "")
+	stock := runMix(t, c, "stock kube-scheduler, our slices", bin, "-", "default-scheduler", groups, "")
 	t.Log(stock)
-	ours := runMix(t, "gpuslice-scheduler, isolation tenant", apitest.GpusliceSchedulerBinary(t), "", SchedulerName, n, groups, "")
+	clearPods(t, c)
+	ours := runMix(t, c, "gpuslice-scheduler, isolation tenant", apitest.GpusliceSchedulerBinary(t), Profile, SchedulerName, groups, "")
 	t.Log(ours)
-	none := runMix(t, "gpuslice-scheduler, isolation none", apitest.GpusliceSchedulerBinary(t), "", SchedulerName, n, groups, "none")
+	clearPods(t, c)
+	none := runMix(t, c, "gpuslice-scheduler, isolation none", apitest.GpusliceSchedulerBinary(t), Profile, SchedulerName, groups, "none")
 	t.Log(none)
 	t.Logf("ratio pods/s gpuslice/stock: %.2f (tenant), %.2f (none)",
 		(float64(ours.pods)/ours.seconds)/(float64(stock.pods)/stock.seconds), (float64(none.pods)/none.seconds)/(float64(stock.pods)/stock.seconds))

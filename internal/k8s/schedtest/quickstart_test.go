@@ -31,6 +31,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // quickstartDir holds the shapes of NVIDIA's quickstart and
@@ -89,7 +90,9 @@ var quickstartSpecs = []struct {
 // fresh simulated DGX-A100 nodes (eight A100-40GB each, MIG-capable, not
 // tainted, so the specs carry no tolerations), under the
 // stock kube-scheduler's default profile and under gpuslice-scheduler
-// (the pods' schedulerName set to it, the one change a user makes), and
+// (the pods' schedulerName set to it, the one change a user makes; the
+// test also gives the pods a nodeSelector of the run's nodes, so that the
+// specs run side by side, each on nodes of its own), and
 // checks every pod is bound, every claim allocated, and the allocation
 // keeps what the spec asks (distinct GPUs, one parent GPU for gpu-test4's
 // MIG devices, a shared claim's pods on its node, the selectors, the
@@ -101,6 +104,7 @@ var quickstartSpecs = []struct {
 // fails its subtest after two minutes with the pods' Unschedulable
 // messages.
 func TestNVIDIAQuickstartOnBothSchedulers(t *testing.T) {
+	t.Parallel()
 	bin := apitest.GpusliceSchedulerBinary(t)
 	srv := apitest.Start(t)
 	cs, err := kubernetes.NewForConfig(srv.Config)
@@ -121,6 +125,10 @@ func TestNVIDIAQuickstartOnBothSchedulers(t *testing.T) {
 	}
 	for i, spec := range quickstartSpecs {
 		t.Run(spec.file, func(t *testing.T) {
+			// The specs run side by side, each on nodes of its own (its
+			// pods select them); the two schedulers' runs of one spec
+			// share its namespace, so they take turns.
+			t.Parallel()
 			for j, s := range scheds {
 				t.Run(s.name, func(t *testing.T) {
 					start := time.Now()
@@ -151,12 +159,20 @@ func (e *qsEnv) run(t *testing.T, prefix, file string, s *qsScheduler, gh200 boo
 	defer cancel()
 	objs := readSpec(t, filepath.Join(quickstartDir, file))
 
+	// The run's nodes carry GroupLabel=prefix and its pods select it:
+	// the other specs' runs, side by side, keep to their own nodes.
 	var nodes []string
 	for k := range 2 {
-		nodes = append(nodes, e.addNode(t, ctx, fmt.Sprintf("%s-dgx-a100-%d", prefix, k), "A100-40GB", 8))
+		nodes = append(nodes, e.addNode(t, ctx, prefix, fmt.Sprintf("%s-dgx-a100-%d", prefix, k), "A100-40GB", 8))
 	}
 	if gh200 {
-		nodes = append(nodes, e.addNode(t, ctx, prefix+"-gh200", "GH200-96GB", 2))
+		nodes = append(nodes, e.addNode(t, ctx, prefix, prefix+"-gh200", "GH200-96GB", 2))
+	}
+	selectRun := func(spec *corev1.PodSpec) {
+		if spec.NodeSelector == nil {
+			spec.NodeSelector = map[string]string{}
+		}
+		spec.NodeSelector[apitest.GroupLabel] = prefix
 	}
 
 	ns := ""
@@ -191,10 +207,12 @@ func (e *qsEnv) run(t *testing.T, prefix, file string, s *qsScheduler, gh200 boo
 			_, err = e.cs.ResourceV1().ResourceClaims(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *corev1.Pod:
 			o.Spec.SchedulerName = s.schedulerName
+			selectRun(&o.Spec)
 			wantPods++
 			_, err = e.cs.CoreV1().Pods(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *appsv1.Deployment:
 			o.Spec.Template.Spec.SchedulerName = s.schedulerName
+			selectRun(&o.Spec.Template.Spec)
 			wantPods += int(ptr.Deref(o.Spec.Replicas, 1))
 			_, err = e.cs.AppsV1().Deployments(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		default:
@@ -210,7 +228,7 @@ func (e *qsEnv) run(t *testing.T, prefix, file string, s *qsScheduler, gh200 boo
 
 	r := &qsRun{ctx: ctx, cs: e.cs, ns: ns}
 	// Every pod bound and every claim allocated.
-	for {
+	testkit.EventuallyCtx(t, ctx, fmt.Sprintf("%s under %s: every pod bound and every claim allocated", file, s.name), func() (bool, string) {
 		pl, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -242,15 +260,11 @@ func (e *qsEnv) run(t *testing.T, prefix, file string, s *qsScheduler, gh200 boo
 			for i := range cl.Items {
 				r.claims = append(r.claims, &cl.Items[i])
 			}
-			break
+			return true, ""
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s under %s: %d of %d pods bound, %d of %d claims allocated before the deadline:\n%s",
-				file, s.name, bound, wantPods, allocated, len(cl.Items), strings.Join(waiting, "\n"))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return false, fmt.Sprintf("%d of %d pods bound, %d of %d claims allocated:\n%s",
+			bound, wantPods, allocated, len(cl.Items), strings.Join(waiting, "\n"))
+	})
 
 	// The allocations, read back with the published devices.
 	sl, err := e.cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
@@ -290,14 +304,15 @@ func (e *qsEnv) run(t *testing.T, prefix, file string, s *qsScheduler, gh200 boo
 // addNode creates a ready node of gpus GPUs of the model with the
 // ResourceSlices the driver publishes for it (MIG devices included on a
 // MIG-capable GPU) and returns its name.
-func (e *qsEnv) addNode(t *testing.T, ctx context.Context, name, model string, gpus int) string {
+func (e *qsEnv) addNode(t *testing.T, ctx context.Context, group, name, model string, gpus int) string {
 	t.Helper()
 	n := alloc.Node{Name: name}
 	for i := range gpus {
 		n.GPUs = append(n.GPUs, alloc.GPU{UUID: fmt.Sprintf("GPU-%s-%d", name, i), Index: i, Model: model, Healthy: true})
 	}
 	rl := corev1.ResourceList{"cpu": resource.MustParse("128"), "memory": resource.MustParse("1Ti"), "pods": resource.MustParse("110")}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Capacity: rl, Allocatable: rl}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{apitest.GroupLabel: group}},
+		Status: corev1.NodeStatus{Capacity: rl, Allocatable: rl}}
 	if _, err := e.srv.CreateReadyNode(ctx, node); err != nil {
 		t.Fatal(err)
 	}
@@ -324,9 +339,9 @@ func (e *qsEnv) cleanup(t *testing.T, ns string, deviceClasses, nodes []string) 
 		if err := e.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("deleting namespace %s: %v", ns, err)
 		}
-		for {
+		err := apitest.Poll(ctx, func() (bool, string) {
 			if _, err := e.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-				break
+				return true, ""
 			}
 			pl, _ := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 			if pl != nil {
@@ -334,12 +349,11 @@ func (e *qsEnv) cleanup(t *testing.T, ns string, deviceClasses, nodes []string) 
 					_ = e.cs.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 				}
 			}
-			select {
-			case <-ctx.Done():
-				t.Errorf("namespace %s still there after 2 minutes", ns)
-				return
-			case <-time.After(200 * time.Millisecond):
-			}
+			return false, "namespace " + ns + " still there"
+		})
+		if err != nil {
+			t.Errorf("namespace %s still there after 2 minutes: %v", ns, err)
+			return
 		}
 	}
 	for _, dc := range deviceClasses {

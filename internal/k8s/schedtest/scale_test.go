@@ -112,79 +112,67 @@ func TestSchedulerScale(t *testing.T) {
 // A100-40GB with their slices (created from 32 goroutines).
 func newScaleCluster(t *testing.T, nodes int) (*cluster, time.Duration) {
 	srv := apitest.Start(t)
+	c := &cluster{t: t, own: true}
+	c.Cluster = apitest.NewCluster(t, srv, apitest.ClusterOptions{Namespaces: mixNamespaces, Timeout: clusterTimeout})
 	fast := rest.CopyConfig(srv.Config)
 	fast.QPS, fast.Burst = 5000, 10000
 	cs, err := kubernetes.NewForConfig(fast)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), clusterTimeout)
-	t.Cleanup(cancel)
-	for _, ns := range []string{"team-0", "team-1", "team-2", "team-3", "team-4"} {
-		if err := srv.EnsureNamespace(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, dc := range dradriver.DeviceClasses() {
-		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.CS = cs
 	start := time.Now()
-	if err := parallel(32, nodes, func(i int) error { return addScaleNode(ctx, cs, fmt.Sprintf("node-%04d", i)) }); err != nil {
+	if err := parallel(32, nodes, func(i int) error { return addScaleNode(c.Ctx, cs, fmt.Sprintf("node-%04d", i)) }); err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{t: t, ctx: ctx, cs: cs, srv: srv}, time.Since(start)
+	return c, time.Since(start)
 }
 
 // clearPods deletes every pod and claim of the mix's namespaces, taking
 // the allocations back first (no controller manager runs to).
 func clearPods(t *testing.T, c *cluster) {
 	t.Helper()
-	for _, ns := range []string{"team-0", "team-1", "team-2", "team-3", "team-4"} {
-		pods, err := c.cs.CoreV1().Pods(ns).List(c.ctx, metav1.ListOptions{})
+	for _, ns := range mixNamespaces {
+		pods, err := c.CS.CoreV1().Pods(ns).List(c.Ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := parallel(32, len(pods.Items), func(i int) error {
-			return c.cs.CoreV1().Pods(ns).Delete(c.ctx, pods.Items[i].Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			return c.CS.CoreV1().Pods(ns).Delete(c.Ctx, pods.Items[i].Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		}); err != nil {
 			t.Fatal(err)
 		}
-		claims, err := c.cs.ResourceV1().ResourceClaims(ns).List(c.ctx, metav1.ListOptions{})
+		claims, err := c.CS.ResourceV1().ResourceClaims(ns).List(c.Ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := parallel(32, len(claims.Items), func(i int) error {
 			rc := &claims.Items[i]
 			rc.Status = resourceapi.ResourceClaimStatus{}
-			rc, err := c.cs.ResourceV1().ResourceClaims(ns).UpdateStatus(c.ctx, rc, metav1.UpdateOptions{})
+			rc, err := c.CS.ResourceV1().ResourceClaims(ns).UpdateStatus(c.Ctx, rc, metav1.UpdateOptions{})
 			if err != nil {
 				return err
 			}
 			rc.Finalizers = nil
-			if _, err := c.cs.ResourceV1().ResourceClaims(ns).Update(c.ctx, rc, metav1.UpdateOptions{}); err != nil {
+			if _, err := c.CS.ResourceV1().ResourceClaims(ns).Update(c.Ctx, rc, metav1.UpdateOptions{}); err != nil {
 				return err
 			}
-			return c.cs.ResourceV1().ResourceClaims(ns).Delete(c.ctx, rc.Name, metav1.DeleteOptions{})
+			return c.CS.ResourceV1().ResourceClaims(ns).Delete(c.Ctx, rc.Name, metav1.DeleteOptions{})
 		}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for {
-		pods, err := c.cs.CoreV1().Pods("").List(c.ctx, metav1.ListOptions{})
+	c.Eventually("every pod and claim gone", func() (bool, string) {
+		pods, err := c.CS.CoreV1().Pods("").List(c.Ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		claims, err := c.cs.ResourceV1().ResourceClaims("").List(c.ctx, metav1.ListOptions{})
+		claims, err := c.CS.ResourceV1().ResourceClaims("").List(c.Ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(pods.Items) == 0 && len(claims.Items) == 0 {
-			return
-		}
-		time.Sleep(time.Second)
-	}
+		return len(pods.Items) == 0 && len(claims.Items) == 0, fmt.Sprintf("%d pods and %d claims left", len(pods.Items), len(claims.Items))
+	})
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -238,7 +226,7 @@ func (r scaleResult) String() string {
 // runScale starts the scheduler, creates the pods and waits for every
 // bind.
 func runScale(t *testing.T, c *cluster, r scaleRun) scaleResult {
-	ctx, srv, cs := c.ctx, c.srv, c.cs
+	ctx, srv := c.Ctx, c.Srv
 	res := scaleResult{name: r.name, nodes: r.nodes}
 	profile := r.profile
 	if profile == "-" {
@@ -262,7 +250,7 @@ func runScale(t *testing.T, c *cluster, r scaleRun) scaleResult {
 	bound := map[string]time.Time{}
 	done := make(chan struct{})
 	specs := mix(r.groups, "")
-	inf := informers.NewSharedInformerFactory(cs, 0)
+	inf := informers.NewSharedInformerFactory(c.CS, 0)
 	pi := inf.Core().V1().Pods().Informer()
 	seen := func(o any) {
 		p, ok := o.(*corev1.Pod)
@@ -311,7 +299,7 @@ func runScale(t *testing.T, c *cluster, r scaleRun) scaleResult {
 	if err := parallel(32, len(specs), func(i int) error {
 		p := specs[i]
 		p.scheduler = r.scheduler
-		if err := createPod(ctx, cs, p); err != nil {
+		if err := c.TryCreateClaimPod(p.claimPod()); err != nil {
 			return err
 		}
 		mu.Lock()
@@ -511,33 +499,6 @@ func retried(ctx context.Context, write func() error) error {
 		}
 		wait = min(2*wait, 10*time.Second)
 	}
-	return err
-}
-
-// createPod is cluster.create returning its error.
-func createPod(ctx context.Context, cs kubernetes.Interface, p podSpec) error {
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: p.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
-	if p.selector != "" {
-		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: p.selector}}}
-	}
-	if p.memory != "" {
-		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(p.memory)}}
-	}
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: p.ns},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}}}
-	if p.isolation != "" {
-		claim.Annotations = map[string]string{"gpuslice.dev/isolation": p.isolation}
-	}
-	if _, err := cs.ResourceV1().ResourceClaims(p.ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	cn := p.name
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: p.ns}, Spec: corev1.PodSpec{
-		SchedulerName:  p.scheduler,
-		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}},
-		Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}},
-			Requests: corev1.ResourceList{"cpu": resource.MustParse("10m")}}}}}}
-	_, err := cs.CoreV1().Pods(p.ns).Create(ctx, pod, metav1.CreateOptions{})
 	return err
 }
 
