@@ -518,7 +518,7 @@ func status(out admit.Outcome, prefix string) *fwk.Status {
 // gpuslice pods (preemption is DefaultPreemption's, with RemovePod).
 func (p *Plugin) PostFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	if c := ours(cs); c != nil {
-		p.starving(pod, c, p.now())
+		p.starving(pod, c, m, p.now())
 		if p.wait.Unschedulable(pod, c.gen) {
 			p.wait.Freed(activator(p.fh))
 		}

@@ -7,14 +7,18 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/schedcore"
 )
 
 // starving applies the reserve-after rule (schedcore.Ledger.Starve) to a
-// pod found unschedulable, over the nodes of the scheduler's snapshot;
-// one not yet past reserveAfter is activated again when it will be.
-func (p *Plugin) starving(pod *v1.Pod, c *cycle, now time.Time) {
+// pod found unschedulable, over the nodes of the scheduler's snapshot the
+// pod could ever use: a node some filter rejected as unresolvable (the
+// pod's nodeSelector or affinity, a taint it does not tolerate, GPUs that
+// can never hold it) is never held for it. One not yet past reserveAfter
+// is activated again when it will be.
+func (p *Plugin) starving(pod *v1.Pod, c *cycle, statuses fwk.NodeToStatusReader, now time.Time) {
 	nodes := func() []string {
 		infos, err := p.fh.SnapshotSharedLister().NodeInfos().List()
 		if err != nil {
@@ -22,9 +26,16 @@ func (p *Plugin) starving(pod *v1.Pod, c *cycle, now time.Time) {
 		}
 		var names []string
 		for _, ni := range infos {
-			if node := ni.Node(); node != nil {
-				names = append(names, node.Name)
+			node := ni.Node()
+			if node == nil {
+				continue
 			}
+			if statuses != nil {
+				if st := statuses.Get(node.Name); st.Code() == fwk.UnschedulableAndUnresolvable {
+					continue
+				}
+			}
+			names = append(names, node.Name)
 		}
 		return names
 	}

@@ -1,14 +1,16 @@
 package schedtest
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
+	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/testkit"
 )
@@ -19,18 +21,38 @@ const reserveProfile = Profile + `  pluginConfig:
     args: {reserveAfter: 2s}
 `
 
-// A whole-GPU pod waiting behind a share on the only GPU is not starved
-// by shares that keep arriving: once it has waited reserveAfter, the node
-// is held for it, a new share is kept off with the reason, and when the
-// first share goes the big pod gets the GPU. It keeps a control plane of
-// its own: the plugin holds, of every node the scheduler sees, the one
-// with the fewest claims, whether or not the pod selects it (on the
-// shared control plane it held another test's empty node, and small-2
-// was bound).
+// A whole-GPU pod waiting behind a share on the only GPU it may use is
+// not starved by shares that keep arriving: once it has waited
+// reserveAfter, that node is held for it, a new share is kept off with
+// the reason, and when the first share goes the big pod gets the GPU. It
+// runs on the shared control plane beside an empty node the pod does not
+// select (reserve-decoy, outside the test's group): the hold goes only to
+// a node the pod could use (before, the plugin held the emptiest node the
+// scheduler saw, the decoy, and small-2 was bound).
 func TestReserveAfterHoldsANodeForAStarvingPod(t *testing.T) {
 	t.Parallel()
 	const ns = "reserve-a"
-	c := ownControlPlane(t, apitest.GpusliceSchedulerBinary(t), reserveProfile, ns)
+	c := ownScheduler(t, "reserve", reserveProfile, ns)
+	decoy := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "reserve-decoy"}}
+	if _, err := c.Srv.CreateReadyNode(c.Ctx, decoy); err != nil {
+		t.Fatal(err)
+	}
+	sl, err := dradriver.Slices(alloc.Node{Name: decoy.Name, GPUs: []alloc.GPU{{UUID: "GPU-reserve-decoy-0", Model: "A100-40GB", Healthy: true}}}, 1, "580.65.06", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for i := range sl {
+			_ = c.CS.ResourceV1().ResourceSlices().Delete(ctx, sl[i].Name, metav1.DeleteOptions{})
+		}
+		_ = c.CS.CoreV1().Nodes().Delete(ctx, decoy.Name, metav1.DeleteOptions{})
+	})
+	for i := range sl {
+		if _, err := c.CS.ResourceV1().ResourceSlices().Create(c.Ctx, &sl[i], metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.AddNode("reserve-one", "A100-40GB", 1)
 	c.create(podSpec{ns: ns, name: "small-0", class: dradriver.ClassShared, memory: "4Gi"})
 	c.bound(ns, "small-0")
