@@ -98,6 +98,7 @@ var pure = []string{
 	module + "/internal/render",
 	module + "/internal/autoscale",
 	module + "/internal/admit",
+	module + "/internal/k8s/dranames",
 }
 
 // forbiddenInPure are dependencies (direct or transitive) a pure package

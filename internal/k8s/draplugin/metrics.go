@@ -12,7 +12,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/catalog"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/mig"
 	"github.com/gpuslice/gpuslice/internal/node/watchdog"
 )
@@ -159,12 +159,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				modelName = productName(model)
 			}
 			gi := ""
-			if id, ok := giid[dev.ID]; ok && dev.Type == dradriver.TypeMIG {
+			if id, ok := giid[dev.ID]; ok && dev.Type == dranames.TypeMIG {
 				gi = strconv.Itoa(id)
 			}
 			labels := []string{dev.ID, strconv.Itoa(dev.GPUIndex), modelName, d.cfg.Node, dev.Profile, gi,
 				r.Namespace, pod, r.Name, dev.Request, dev.Device}
-			if dev.Type != dradriver.TypeMIG {
+			if dev.Type != dranames.TypeMIG {
 				labels[0] = dev.GPU
 			}
 			gauge := func(desc *prometheus.Desc, v float64) {
@@ -181,7 +181,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(descMemLimit, float64(limit)*mib)
 			alloc := devShare
-			if dev.Type == dradriver.TypeShared {
+			if dev.Type == dranames.TypeShared {
 				alloc = float64(dev.ComputePercent) / 100
 			}
 			gauge(descCompAlloc, alloc)
@@ -220,7 +220,7 @@ func productName(m *catalog.GPU) string {
 // deviceShare is a device's share of its whole GPU: 1 for a whole GPU,
 // the instance's compute slices over the GPU's for MIG.
 func (d *Driver) deviceShare(dev preparedDevice) float64 {
-	if dev.Type != dradriver.TypeMIG {
+	if dev.Type != dranames.TypeMIG {
 		return 1
 	}
 	model := d.models[dev.GPUIndex]
