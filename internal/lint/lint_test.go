@@ -261,3 +261,50 @@ func TestWireTypesLiveInAPI(t *testing.T) {
 		}
 	}
 }
+
+// Each metric is declared once (prometheus.NewDesc or a collector's
+// Opts.Name), so two exporters of one series cannot drift apart in help
+// or labels: those both export share the declaration (internal/slicemetrics).
+func TestEachMetricIsDeclaredOnce(t *testing.T) {
+	where := map[string][]string{}
+	for _, p := range packages(t) {
+		for _, f := range p.GoFiles {
+			path := filepath.Join(p.Dir, f)
+			file, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(file, func(n ast.Node) bool {
+				var lit ast.Expr
+				switch n := n.(type) {
+				case *ast.CallExpr:
+					if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "NewDesc" && len(n.Args) > 0 {
+						lit = n.Args[0]
+					}
+				case *ast.CompositeLit:
+					if sel, ok := n.Type.(*ast.SelectorExpr); ok && strings.HasSuffix(sel.Sel.Name, "Opts") {
+						for _, e := range n.Elts {
+							if kv, ok := e.(*ast.KeyValueExpr); ok {
+								if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Name" {
+									lit = kv.Value
+								}
+							}
+						}
+					}
+				}
+				if b, ok := lit.(*ast.BasicLit); ok && b.Kind == token.STRING {
+					where[b.Value] = append(where[b.Value], p.ImportPath+"/"+f)
+				}
+				return true
+			})
+		}
+	}
+	if len(where) < 10 {
+		t.Fatalf("found %d metric declarations; the test no longer sees them", len(where))
+	}
+	for name, at := range where {
+		if len(at) > 1 {
+			t.Errorf("metric %s is declared %d times (%v); declare it once and share it", name, len(at), at)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/slicemetrics"
 )
 
 // scrape parses /metrics with Prometheus' own text parser.
@@ -113,11 +114,21 @@ func TestSliceMetricsWithDCGMLabels(t *testing.T) {
 		}
 	}
 	want := map[string]string{"UUID": d.GPU, "modelName": a100.ProductNames[0], "Hostname": "host-a", "GPU_I_PROFILE": "3g.20gb",
-		"GPU_I_ID": giID, "tenant": "acme", "slice": mig.ID + "/0"}
+		"GPU_I_ID": giID, "tenant": "acme", "slice": mig.ID + "/0", "claim": mig.ID, "request": d.Request, "device": d.Device}
 	for k, w := range want {
 		if l[k] != w || w == "" {
 			t.Errorf("MIG slice label %s=%q, want %q", k, l[k], w)
 		}
+	}
+	// The one label set the DRA driver's series carry too; the
+	// Kubernetes identity is empty here.
+	for _, k := range slicemetrics.Labels {
+		if _, ok := l[k]; !ok && k != "pod" && k != "namespace" && k != "container" {
+			t.Errorf("MIG slice has no label %s", k)
+		}
+	}
+	if len(l) > len(slicemetrics.Labels) {
+		t.Errorf("MIG slice labels %v, want at most %v", l, slicemetrics.Labels)
 	}
 	for _, g := range gpus {
 		if g.UUID == d.GPU && l["gpu"] != strconv.Itoa(g.Index) {

@@ -203,7 +203,8 @@ func FuzzParseCheckpoint(f *testing.F) {
 
 // The watchdog of the standalone agent runs over prepared claims: a
 // process on a claim's MIG instance is its usage, exported per claim with
-// namespace, pod and claim labels.
+// namespace, pod and claim labels, and per slice with the server's labels
+// (slicemetrics): the GPU's uuid and the instance's GI id as DCGM has them.
 func TestUsageMetricsPerClaim(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB"}}}, fake.WithSeed(3))
@@ -230,9 +231,9 @@ func TestUsageMetricsPerClaim(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(d.Collector())
 	want := `
-# HELP gpuslice_slice_memory_used_bytes GPU memory the slice's processes use, at the watchdog's last pass (claims with one device on the node).
+# HELP gpuslice_slice_memory_used_bytes GPU memory a slice's processes use, as last measured (the agent's report, split equally among a claim's devices; on Kubernetes the watchdog's last pass, for claims with one device on the node).
 # TYPE gpuslice_slice_memory_used_bytes gauge
-gpuslice_slice_memory_used_bytes{GPU_I_ID="1",GPU_I_PROFILE="3g.20gb",Hostname="n1",UUID="` + gs[0].Instances[0].UUID + `",claim="c-m",device="gpu-0-mig-3g-20gb-at-4",gpu="0",modelName="NVIDIA A100-SXM4-40GB",namespace="ns",pod="ns/pod-m",request="gpu"} 5.24288e+09
+gpuslice_slice_memory_used_bytes{GPU_I_ID="1",GPU_I_PROFILE="3g.20gb",Hostname="n1",UUID="` + gs[0].UUID + `",claim="c-m",container="",device="gpu-0-mig-3g-20gb-at-4",gpu="0",modelName="NVIDIA A100-SXM4-40GB",namespace="ns",pod="ns/pod-m",request="gpu",slice="c-m/0",tenant="ns"} 5.24288e+09
 # HELP gpuslice_slice_claim_memory_mib_seconds_total GPU memory a claim's processes held, integrated over time (MiB × seconds).
 # TYPE gpuslice_slice_claim_memory_mib_seconds_total counter
 gpuslice_slice_claim_memory_mib_seconds_total{claim="c-m",namespace="ns",pod="ns/pod-m"} 50000
