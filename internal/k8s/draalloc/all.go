@@ -61,7 +61,7 @@ func (a *alt) expand(nd *NodeDevices, tenant string) ([]alloc.Request, error) {
 		if d.Type != typ {
 			continue
 		}
-		if t := raw.Attributes[dranames.AttrTenant].StringValue; d.Type == dranames.TypeShared && t != nil && *t != tenant {
+		if d.Type == dranames.TypeShared && d.Tenant != "" && d.Tenant != tenant {
 			continue // another tenant's copy
 		}
 		ok := true

@@ -26,6 +26,8 @@ type Device struct {
 	// Profile and Start place a MIG device.
 	Profile string
 	Start   int
+	// Tenant is the tenant a shared GPU's copy is for ("" on others).
+	Tenant string
 }
 
 // NodeDevices is one node's GPUs as published in its ResourceSlices.
@@ -80,7 +82,7 @@ func NodeFromSlices(node string, labels map[string]string, slices []*resourceapi
 				return nil, fmt.Errorf("ResourceSlice %s: %w", s.Name, err)
 			}
 			typ := read.Type
-			dev := Device{Name: d.Name, Type: typ, GPU: read.GPU, Index: read.Index, Profile: read.Profile, Start: read.Start}
+			dev := Device{Name: d.Name, Type: typ, GPU: read.GPU, Index: read.Index, Profile: read.Profile, Start: read.Start, Tenant: read.Tenant}
 			model := read.Model
 			if !known[model] {
 				// once per model: the catalog hands out copies
