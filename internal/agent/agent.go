@@ -19,7 +19,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/node/cdi"
 	"github.com/gpuslice/gpuslice/internal/node/mps"
 	"github.com/gpuslice/gpuslice/internal/node/watchdog"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
 // Config configures an Agent.
@@ -64,7 +63,7 @@ type Agent struct {
 	node *node.Node
 	// events and usage wait here until a heartbeat carries them.
 	events []api.Event
-	usage  []server.UsageSample
+	usage  []api.UsageSample
 	// missing remembers devices already reported as drifted.
 	missing map[string]bool
 	// health holds events from the device layer's health watch until the
@@ -123,7 +122,7 @@ func (a *Agent) Register(ctx context.Context) error {
 		return err
 	}
 	info := a.cfg.Device.Info()
-	req := server.RegisterRequest{Inventory: inv, Simulated: info.Simulated, Driver: info.DriverVersion, Host: a.cfg.Host}
+	req := api.RegisterRequest{Inventory: inv, Simulated: info.Simulated, Driver: info.DriverVersion, Host: a.cfg.Host}
 	if err := a.cfg.Client.Do(ctx, http.MethodPut, "/v1/nodes/"+a.cfg.Name, req, nil); err != nil {
 		return fmt.Errorf("registering node %s: %w", a.cfg.Name, err)
 	}
@@ -214,7 +213,7 @@ func (a *Agent) Step(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	hb := server.HeartbeatRequest{Events: a.events, Usage: a.usage}
+	hb := api.HeartbeatRequest{Events: a.events, Usage: a.usage}
 	if !reflect.DeepEqual(inv, a.last) {
 		hb.Inventory = &inv
 	}
@@ -308,11 +307,11 @@ func (a *Agent) drift(claims []api.Claim, gpus []gpu.GPU, now time.Time) []api.E
 	return out
 }
 
-func mergeUsage(pending []server.UsageSample, add []watchdog.Usage) []server.UsageSample {
+func mergeUsage(pending []api.UsageSample, add []watchdog.Usage) []api.UsageSample {
 	for _, u := range add {
-		i := slices.IndexFunc(pending, func(p server.UsageSample) bool { return p.Claim == u.Claim })
+		i := slices.IndexFunc(pending, func(p api.UsageSample) bool { return p.Claim == u.Claim })
 		if i < 0 {
-			pending = append(pending, server.UsageSample(u))
+			pending = append(pending, api.UsageSample(u))
 			continue
 		}
 		pending[i].GPUSeconds += u.GPUSeconds

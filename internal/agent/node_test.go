@@ -52,8 +52,8 @@ func newRig(t *testing.T, spec fake.MachineSpec) *rig {
 	r := &rig{t: t, url: hs.URL, admin: tok.Secret}
 	r.must(r.admin, "PUT", "/v1/tenants/acme", api.Tenant{}, 200, nil)
 	var tt, at api.Token
-	r.must(r.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &tt)
-	r.must(r.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent}, 201, &at)
+	r.must(r.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &tt)
+	r.must(r.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent}, 201, &at)
 	r.tenant = tt.Secret
 	if r.m, err = fake.New(spec, fake.WithSeed(11)); err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func (r *rig) must(token, method, path string, body any, want int, out any) {
 func (r *rig) claim(req alloc.Request) api.Claim {
 	r.t.Helper()
 	var c api.Claim
-	r.must(r.tenant, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{req}}}, 201, &c)
+	r.must(r.tenant, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{req}}}, 201, &c)
 	if c.State != api.Allocated {
 		r.t.Fatalf("claim %+v: not allocated", c)
 	}

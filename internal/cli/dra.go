@@ -11,13 +11,14 @@ import (
 	"github.com/gpuslice/gpuslice/internal/agent"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // draCmd is gpuslice on Kubernetes as a DRA driver: what it publishes.
 func draCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dra",
-		Short: "gpuslice as a Kubernetes DRA driver (" + dradriver.DriverName + ")",
+		Short: "gpuslice as a Kubernetes DRA driver (" + dranames.DriverName + ")",
 	}
 	var simulate, node, tenants, provider, migProfiles string
 	var instanceTypes []string
@@ -98,7 +99,7 @@ allocation, decides as Kubernetes does.`,
 	slices.Flags().StringVar(&migProfiles, "mig-profiles", "all", "MIG profiles published (dra-driver's --mig-profiles): all, none or a list such as 1g.5gb,3g.20gb")
 	classes := &cobra.Command{
 		Use:   "classes",
-		Short: "Print the DeviceClasses claims name: " + dradriver.ClassGPU + " (also nvidia.com/gpu), " + dradriver.ClassShared + ", " + dradriver.ClassMIG,
+		Short: "Print the DeviceClasses claims name: " + dranames.ClassGPU + " (also nvidia.com/gpu), " + dranames.ClassShared + ", " + dranames.ClassMIG,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, c := range dradriver.DeviceClasses() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
 	"github.com/gpuslice/gpuslice/internal/k8s/scalezero"
 	"github.com/gpuslice/gpuslice/internal/node/cdi"
@@ -33,7 +34,7 @@ func draDriverCmd(e *env) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
-		Short: "Run the DRA kubelet plugin of " + dradriver.DriverName + " on this node (prepare claims: MIG, MPS, CDI)",
+		Short: "Run the DRA kubelet plugin of " + dranames.DriverName + " on this node (prepare claims: MIG, MPS, CDI)",
 		Long: `Runs gpuslice's DRA driver on one Kubernetes node, as a DaemonSet pod would: it registers
 with the kubelet through the plugin registration socket, serves the DRA gRPC service, and
 publishes the node's GPUs as ResourceSlices (what "gpuslice dra slices" prints). When the
@@ -41,7 +42,7 @@ kubelet prepares a claim the stock scheduler allocated, it creates the MIG insta
 allocated placement (turning MIG on or off as the device needs), starts or joins the MPS control
 daemon of an MPS device, and writes a CDI spec whose edits carry the device nodes,
 CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, the MPS pipe directory and CUDA_MPS_* limits;
-unprepare undoes it. Opaque parameters for ` + dradriver.DriverName + ` may be NVIDIA's GpuConfig /
+unprepare undoes it. Opaque parameters for ` + dranames.DriverName + ` may be NVIDIA's GpuConfig /
 MigDeviceConfig (sharing.strategy TimeSlicing or MPS) or gpuslice's SliceConfig.
 
 With --mig-binding-conditions (the default) MIG devices are published with binding conditions
@@ -56,7 +57,7 @@ a driver restarted mid-prepare adopts the MIG instance and MPS daemon it finds. 
 watchdog of "gpuslice agent" runs over the prepared claims, and /metrics on --metrics-listen
 exports gpuslice_slice_* per claim with namespace, pod and claim labels.
 
-GPU health becomes device taints on the published slices (key ` + dradriver.TaintKey + `, value
+GPU health becomes device taints on the published slices (key ` + dranames.TaintKey + `, value
 the XID): a fatal XID (48, 79, 94, 95, 119, 120) or a lost GPU taints every device of the GPU
 NoExecute, so Kubernetes evicts the pods using it (the device-taint-eviction controller of
 kube-controller-manager) and schedules nothing there; the XIDs in --xid-noschedule taint
@@ -180,7 +181,7 @@ outside the process by writing requests to <state-dir>/` + FaultDirName + ` ("gp
 	f.BoolVar(&tenantIsolation, "tenant-isolation", true, "publish each shared GPU once per tenant, tainted with the tenant (false: one untainted shared device per GPU)")
 	f.StringVar(&tenants, "tenants", "", "comma-separated tenants to publish shared GPUs for (with --tenant-isolation)")
 	f.BoolVar(&watchNamespaces, "watch-namespaces", true, "also publish shared GPUs for every namespace's tenant (gpuslice.dev/tenant label, else its name)")
-	f.StringVar(&noTenantNS, "no-tenant-namespaces", "", "comma-separated namespaces whose tenant gets no shared GPUs from --watch-namespaces, beside kube-system, kube-public, kube-node-lease (a namespace labelled "+dradriver.TenantCopiesKey+"=true still gets them)")
+	f.StringVar(&noTenantNS, "no-tenant-namespaces", "", "comma-separated namespaces whose tenant gets no shared GPUs from --watch-namespaces, beside kube-system, kube-public, kube-node-lease (a namespace labelled "+dranames.TenantCopiesKey+"=true still gets them)")
 	f.StringVar(&xidNoSchedule, "xid-noschedule", joinXIDs(dradriver.DefaultNoScheduleXIDs),
 		"non-fatal XIDs that taint the GPU's devices NoSchedule (comma-separated, or none); fatal XIDs always taint NoExecute")
 	f.BoolVar(&migBinding, "mig-binding-conditions", true, "publish MIG devices with binding conditions and create their instances before the pod binds (needs Kubernetes 1.36: DRADeviceBindingConditions; false: created at prepare)")

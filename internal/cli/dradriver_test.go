@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // `gpuslice dra-driver` wires the plugin to a real kube-apiserver: on
@@ -70,7 +71,7 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	ml.Labels[dradriver.TenantKey] = "team-ml"
+	ml.Labels[dranames.TenantKey] = "team-ml"
 	if _, err := cs.CoreV1().Namespaces().Update(ctx, ml, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 			}
 		}
 		for _, tn := range tenants {
-			if !names[dradriver.SharedDeviceName(7, tn)] {
+			if !names[dranames.SharedDeviceName(7, tn)] {
 				return false, len(list.Items)
 			}
 		}
@@ -175,21 +176,21 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 	// and team-ml2 gets copies too.
 	held := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: "ml"},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
-			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dradriver.ClassShared, AllocationMode: resourceapi.DeviceAllocationModeExactCount,
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dranames.ClassShared, AllocationMode: resourceapi.DeviceAllocationModeExactCount,
 				Count: 1, Tolerations: []resourceapi.DeviceToleration{dradriver.TenantToleration("team-ml")}}}}}}}
 	held, err = cs.ResourceV1().ResourceClaims("ml").Create(ctx, held, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	held.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-		Request: "gpu", Driver: dradriver.DriverName, Pool: "gpu-1", Device: dradriver.SharedDeviceName(7, "team-ml")}}}}
+		Request: "gpu", Driver: dranames.DriverName, Pool: "gpu-1", Device: dranames.SharedDeviceName(7, "team-ml")}}}}
 	if _, err := cs.ResourceV1().ResourceClaims("ml").UpdateStatus(ctx, held, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if ml, err = cs.CoreV1().Namespaces().Get(ctx, "ml", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ml.Labels[dradriver.TenantKey] = "team-ml2"
+	ml.Labels[dranames.TenantKey] = "team-ml2"
 	if _, err := cs.CoreV1().Namespaces().Update(ctx, ml, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -212,9 +213,9 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 			t.Fatal(err)
 		}
 		if value == "" {
-			delete(ns.Labels, dradriver.TenantCopiesKey)
+			delete(ns.Labels, dranames.TenantCopiesKey)
 		} else {
-			ns.Labels[dradriver.TenantCopiesKey] = value
+			ns.Labels[dranames.TenantCopiesKey] = value
 		}
 		if _, err := cs.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
@@ -262,7 +263,7 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 				taints, _, _ := unstructured.NestedSlice(dm, "taints")
 				for _, tn := range taints {
 					tm, _ := tn.(map[string]any)
-					if tm["key"] == dradriver.TaintKey && tm["value"] == "79" && tm["effect"] == "NoExecute" {
+					if tm["key"] == dranames.TaintKey && tm["value"] == "79" && tm["effect"] == "NoExecute" {
 						return true
 					}
 				}

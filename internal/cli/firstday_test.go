@@ -9,7 +9,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/gpu/nvml"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
 // The README's first minute on the default simulated host (a DGX A100,
@@ -56,7 +55,7 @@ func TestFirstDayRun(t *testing.T) {
 	}
 
 	// A node whose agent runs on another machine.
-	far := server.RegisterRequest{Host: "elsewhere", Driver: "580.00",
+	far := api.RegisterRequest{Host: "elsewhere", Driver: "580.00",
 		Inventory: alloc.Node{GPUs: []alloc.GPU{{UUID: "GPU-0f0f0f0f-1111-2222-3333-444455556666", Model: "L4", Healthy: true, Sharing: alloc.Sharing{Mode: alloc.Dynamic}}}}}
 	if code, err := apiCall(addr, admin, "PUT", "/v1/nodes/far", far, nil); err != nil || code != 200 {
 		t.Fatalf("registering far: %d %v", code, err)

@@ -21,7 +21,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/model"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
 // alive says whether pid is a live process (not a zombie).
@@ -128,10 +127,10 @@ func TestServeLeavesNoReplicaBehind(t *testing.T) {
 		t.Fatalf("tenant: %d %v", code, err)
 	}
 	var tok api.Token
-	if code, err := apiCall(addr, admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, &tok); err != nil || code != 201 {
+	if code, err := apiCall(addr, admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, &tok); err != nil || code != 201 {
 		t.Fatalf("token: %d %v", code, err)
 	}
-	svc := server.PutServiceRequest{ServiceSpec: api.ServiceSpec{
+	svc := api.PutServiceRequest{ServiceSpec: api.ServiceSpec{
 		Claim:       api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 2048, Mode: alloc.TimeSlice}}},
 		Command:     cmdline,
 		Autoscaling: model.Autoscaling{MinReplicas: 2, MaxReplicas: 2},

@@ -15,7 +15,6 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/client"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
 // conn holds how remote commands reach the server.
@@ -217,7 +216,7 @@ them. Replicas run as an unprivileged user of their own (see serve --replica-uid
 	tput.Flags().StringArrayVar(&allowCmds, "allow-command", nil, "a command line the tenant's services may run (repeatable; split at spaces, matched exactly)")
 	tput.Flags().StringArrayVar(&allowEnv, "allow-env", nil, "a variable the tenant's services may set on the commands of this call (repeatable)")
 	tput.Flags().BoolVar(&noCommands, "no-commands", false, "drop every allowed command first (its services stop)")
-	tput.Flags().IntVar(&maxPrio, "max-priority", 0, fmt.Sprintf("the highest claim priority the tenant may ask for, %d..%d (0: it outranks no tenant left at the default; lowering it lowers its waiting claims)", server.LowestPriority, server.HighestPriority))
+	tput.Flags().IntVar(&maxPrio, "max-priority", 0, fmt.Sprintf("the highest claim priority the tenant may ask for, %d..%d (0: it outranks no tenant left at the default; lowering it lowers its waiting claims)", api.LowestPriority, api.HighestPriority))
 	tenants.AddCommand(tput, &cobra.Command{Use: "ls", Short: "List tenants", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var ts []api.Tenant
@@ -237,7 +236,7 @@ them. Replicas run as an unprivileged user of their own (see serve --replica-uid
 	tcreate := &cobra.Command{Use: "create", Short: "Create a token (its secret is shown once)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var t api.Token
-			if err := call(cmd.Context(), c, http.MethodPost, "/v1/tokens", server.CreateTokenRequest{Role: api.Role(role), Tenant: tenant, Node: tokNode}, &t); err != nil {
+			if err := call(cmd.Context(), c, http.MethodPost, "/v1/tokens", api.CreateTokenRequest{Role: api.Role(role), Tenant: tenant, Node: tokNode}, &t); err != nil {
 				return err
 			}
 			return e.render(&table{notes: []string{fmt.Sprintf("token %s (%s %s%s); secret, shown once:\n  %s", t.ID, t.Role, t.Tenant, t.Node, t.Secret)}}, t)

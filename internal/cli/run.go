@@ -22,7 +22,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/client"
-	"github.com/gpuslice/gpuslice/internal/server"
 	"github.com/gpuslice/gpuslice/internal/services"
 	"github.com/gpuslice/gpuslice/internal/spec"
 )
@@ -111,8 +110,8 @@ released and run fails.`,
 			}
 			cs.Node = node
 			cs.WaitForNodes = waitForNodes
-			if leaseFor < time.Second || leaseFor > server.MaxLeaseSeconds*time.Second {
-				return fmt.Errorf("--lease %s: want 1s..%s", leaseFor, server.MaxLeaseSeconds*time.Second)
+			if leaseFor < time.Second || leaseFor > api.MaxLeaseSeconds*time.Second {
+				return fmt.Errorf("--lease %s: want 1s..%s", leaseFor, api.MaxLeaseSeconds*time.Second)
 			}
 			cs.LeaseSeconds = int(leaseFor / time.Second)
 			// Ctrl-C and SIGTERM cancel ctx (and are remembered, for the

@@ -16,7 +16,6 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
 // gpusliceBinary builds cmd/gpuslice for a test: exit codes and signals
@@ -164,7 +163,7 @@ func TestRunProcessSignalsTimeoutTenant(t *testing.T) {
 			t.Fatalf("put tenant: %d %v", code, err)
 		}
 		var tok api.Token
-		if code, err := apiCall(addr, admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: "research"}, &tok); err != nil || code >= 300 {
+		if code, err := apiCall(addr, admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "research"}, &tok); err != nil || code >= 300 {
 			t.Fatalf("create token: %d %v", code, err)
 		}
 		p := startRun(t, bin, addr, tok.Secret, "--memory", "1GiB", "--", "sh", "-c", "echo ran")

@@ -140,11 +140,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (ht
 // CreateClaim posts a claim for a tenant ("" = the token's own).
 func (c *Client) CreateClaim(ctx context.Context, tenant string, spec api.ClaimSpec) (api.Claim, error) {
 	var out api.Claim
-	body := struct {
-		Tenant string `json:"tenant,omitempty"`
-		api.ClaimSpec
-	}{tenant, spec}
-	err := c.Do(ctx, http.MethodPost, "/v1/claims", body, &out)
+	err := c.Do(ctx, http.MethodPost, "/v1/claims", api.CreateClaimRequest{Tenant: tenant, ClaimSpec: spec}, &out)
 	return out, err
 }
 

@@ -23,11 +23,7 @@ func (c *Client) PutServiceCreatingTenant(ctx context.Context, name, tenant stri
 
 func (c *Client) putService(ctx context.Context, name, tenant string, create bool, spec api.ServiceSpec) (api.Service, error) {
 	var out api.Service
-	body := struct {
-		Tenant       string `json:"tenant,omitempty"`
-		CreateTenant bool   `json:"createTenant,omitempty"`
-		api.ServiceSpec
-	}{tenant, create, spec}
+	body := api.PutServiceRequest{Tenant: tenant, CreateTenant: create, ServiceSpec: spec}
 	err := c.Do(ctx, http.MethodPut, "/v1/services/"+url.PathEscape(name), body, &out)
 	return out, err
 }

@@ -2,6 +2,7 @@ package lint
 
 import (
 	"encoding/json"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io"
@@ -97,6 +98,7 @@ var pure = []string{
 	module + "/internal/render",
 	module + "/internal/autoscale",
 	module + "/internal/admit",
+	module + "/internal/k8s/dranames",
 }
 
 // forbiddenInPure are dependencies (direct or transitive) a pure package
@@ -194,6 +196,115 @@ func TestMainOnlyWires(t *testing.T) {
 			if n := strings.Count(string(b), "\n"); n > 80 {
 				t.Errorf("%s/%s has %d lines; main should fit on a screen", p.ImportPath, f, n)
 			}
+		}
+	}
+}
+
+// The server is reached only from the command tree: the agent, the client
+// and every other package speak to it through the wire types of
+// internal/api, never by importing it (directly or through another
+// package). internal/cli wires `gpuslice serve`.
+func TestOnlyTheCommandTreeImportsTheServer(t *testing.T) {
+	server := module + "/internal/server"
+	mayImport := func(p pkg) bool {
+		return p.Name == "main" || p.ImportPath == module+"/internal/cli" || strings.HasPrefix(p.ImportPath, server+"/")
+	}
+	checked := 0
+	for _, p := range packages(t) {
+		if p.ImportPath == server || mayImport(p) {
+			continue
+		}
+		if strings.HasPrefix(p.ImportPath, module+"/internal/agent") || p.ImportPath == module+"/internal/client" {
+			checked++
+		}
+		if slices.Contains(p.Deps, server) {
+			t.Errorf("%s depends on %s; use the wire types of internal/api", p.ImportPath, server)
+		}
+	}
+	if checked < 2 {
+		t.Fatalf("found %d of the agent's and client's packages; the test no longer sees them", checked)
+	}
+}
+
+// The HTTP API's bodies have one home, internal/api: the packages on
+// either side of the wire declare no exported type with JSON field tags.
+func TestWireTypesLiveInAPI(t *testing.T) {
+	sides := []string{"/internal/server", "/internal/client", "/internal/agent", "/internal/cli"}
+	for _, p := range packages(t) {
+		if !slices.Contains(sides, strings.TrimPrefix(p.ImportPath, module)) {
+			continue
+		}
+		for _, f := range p.GoFiles {
+			file, err := parser.ParseFile(token.NewFileSet(), filepath.Join(p.Dir, f), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, decl := range file.Decls {
+				gd, ok := decl.(*ast.GenDecl)
+				if !ok || gd.Tok != token.TYPE {
+					continue
+				}
+				for _, spec := range gd.Specs {
+					ts := spec.(*ast.TypeSpec)
+					st, ok := ts.Type.(*ast.StructType)
+					if !ok || !ts.Name.IsExported() {
+						continue
+					}
+					for _, field := range st.Fields.List {
+						if field.Tag != nil && strings.Contains(field.Tag.Value, `json:"`) {
+							t.Errorf("%s/%s: %s carries JSON tags; wire types belong in internal/api", p.ImportPath, f, ts.Name.Name)
+							break
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// Each metric is declared once (prometheus.NewDesc or a collector's
+// Opts.Name), so two exporters of one series cannot drift apart in help
+// or labels: those both export share the declaration (internal/slicemetrics).
+func TestEachMetricIsDeclaredOnce(t *testing.T) {
+	where := map[string][]string{}
+	for _, p := range packages(t) {
+		for _, f := range p.GoFiles {
+			path := filepath.Join(p.Dir, f)
+			file, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(file, func(n ast.Node) bool {
+				var lit ast.Expr
+				switch n := n.(type) {
+				case *ast.CallExpr:
+					if sel, ok := n.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "NewDesc" && len(n.Args) > 0 {
+						lit = n.Args[0]
+					}
+				case *ast.CompositeLit:
+					if sel, ok := n.Type.(*ast.SelectorExpr); ok && strings.HasSuffix(sel.Sel.Name, "Opts") {
+						for _, e := range n.Elts {
+							if kv, ok := e.(*ast.KeyValueExpr); ok {
+								if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Name" {
+									lit = kv.Value
+								}
+							}
+						}
+					}
+				}
+				if b, ok := lit.(*ast.BasicLit); ok && b.Kind == token.STRING {
+					where[b.Value] = append(where[b.Value], p.ImportPath+"/"+f)
+				}
+				return true
+			})
+		}
+	}
+	if len(where) < 10 {
+		t.Fatalf("found %d metric declarations; the test no longer sees them", len(where))
+	}
+	for name, at := range where {
+		if len(at) > 1 {
+			t.Errorf("metric %s is declared %d times (%v); declare it once and share it", name, len(at), at)
 		}
 	}
 }

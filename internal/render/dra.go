@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/plan"
 )
@@ -373,7 +374,7 @@ func namespaces(s *model.Spec) []string {
 
 func namespace(name string) obj {
 	return obj{"apiVersion": "v1", "kind": "Namespace", "metadata": obj{"name": name,
-		"labels": obj{"gpuslice.dev/tenant": name}}}
+		"labels": obj{dranames.TenantKey: name}}}
 }
 
 // claimTemplate is one workload's ResourceClaimTemplate for its requests

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/plan"
 )
@@ -14,17 +15,6 @@ import (
 const (
 	DRADriverNVIDIA   = "nvidia"   // NVIDIA's k8s-dra-driver-gpu (gpu.nvidia.com), the default
 	DRADriverGpuslice = "gpuslice" // gpuslice's own driver (gpu.gpuslice.dev, "gpuslice dra-driver")
-)
-
-// gpuslice's DRA driver and its DeviceClasses, as internal/k8s/dradriver
-// names them (render stays free of Kubernetes packages; a test checks the
-// two agree).
-const (
-	gsDriver      = "gpu.gpuslice.dev"
-	gsClassGPU    = "gpu.gpuslice.dev"
-	gsClassShared = "shared.gpuslice.dev"
-	gsClassMIG    = "mig.gpuslice.dev"
-	gsLegacyGPU   = "nvidia.com/gpu" // the extended resource the whole-GPU class serves
 )
 
 // DRADrivers lists the values of Options.DRADriver.
@@ -59,13 +49,11 @@ var (
 	// shared by one ResourceClaim when the plan shares it. Every device of
 	// a GPU carries its index, so same-GPU constraints match on it.
 	gpusliceDRA = &draDriver{
-		title: "gpuslice's DRA driver", domain: gsDriver, gpuslice: true,
-		gpuClass: gsClassGPU, migClass: gsClassMIG, sharedClass: gsClassShared,
-		sameGPU: gsDriver + "/index", config: sliceConfig,
-		attributes: []string{"type", "index", "uuid", "productName", "architecture", "model", "cudaComputeCapability",
-			"driverVersion", "profile", "start", "parentUUID"},
-		capacities: []string{"memory", "compute"},
-		selector:   gpusliceSelector,
+		title: "gpuslice's DRA driver", domain: dranames.DriverName, gpuslice: true,
+		gpuClass: dranames.ClassGPU, migClass: dranames.ClassMIG, sharedClass: dranames.ClassShared,
+		sameGPU: dranames.DriverName + "/" + dranames.AttrIndex, config: sliceConfig,
+		attributes: dranames.Attributes(), capacities: dranames.Capacities(),
+		selector: gpusliceSelector,
 	}
 )
 
@@ -74,7 +62,7 @@ var (
 // the same names) in gpuslice's driver's domain.
 func gpusliceSelector(expr string) (string, error) {
 	out, err := nvidiaSelector(expr, catalog.Default())
-	return toDomain(out, gpuClass, gsDriver), err
+	return toDomain(out, gpuClass, dranames.DriverName), err
 }
 
 // toDomain renames a driver domain quoted in a CEL expression.
@@ -112,12 +100,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// SliceConfig is gpuslice's opaque config (gpu.gpuslice.dev/v1alpha1).
-const (
-	sliceConfigAPIVersion = "gpu.gpuslice.dev/v1alpha1"
-	sliceConfigKind       = "SliceConfig"
-)
-
 // sliceConfig is the SliceConfig of a shared request, or nil for one that
 // holds its device alone: mode timeslice or mps; for MPS the planned
 // thread percentage and pinned-memory limit (else the request's memory);
@@ -125,7 +107,7 @@ const (
 // time-slicing does not limit memory and the plan promised the other
 // claims on the GPU theirs.
 func sliceConfig(r alloc.Request, mode alloc.Mode, got alloc.Assigned, _ string) obj {
-	cfg := obj{"apiVersion": sliceConfigAPIVersion, "kind": sliceConfigKind}
+	cfg := obj{"apiVersion": dranames.SliceAPIVersion, "kind": dranames.SliceKind}
 	switch mode {
 	case alloc.TimeSlice:
 		cfg["mode"] = "timeslice"
@@ -155,7 +137,7 @@ func sliceConfig(r alloc.Request, mode alloc.Mode, got alloc.Assigned, _ string)
 // the catalog's id as the attribute model. "" for MIG requests, an
 // unknown pool, or a request whose selector already names the model.
 func gpusliceModelSelector(p *plan.Plan, wl *model.Workload, r alloc.Request, class string) string {
-	if class == gsClassMIG || strings.Contains(r.Selector, "productName") || strings.Contains(r.Selector, ".model") {
+	if class == dranames.ClassMIG || strings.Contains(r.Selector, "productName") || strings.Contains(r.Selector, ".model") {
 		return ""
 	}
 	pp := poolOf(p, wl)
@@ -166,17 +148,17 @@ func gpusliceModelSelector(p *plan.Plan, wl *model.Workload, r alloc.Request, cl
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("device.attributes['%s'].model == '%s'", gsDriver, g.ID)
+	return fmt.Sprintf("device.attributes['%s'].model == '%s'", dranames.DriverName, g.ID)
 }
 
 // gpusliceDRAHeader is the dra target's header for gpuslice's driver.
 func gpusliceDRAHeader(s *model.Spec) []string {
-	return []string{"DRA objects rendered by gpuslice from " + strings.Join(s.Sources, ", ") + " for gpuslice's DRA driver (" + gsDriver + "):",
-		"per workload a ResourceClaimTemplate (whole GPUs: " + gsClassGPU + "; shares of a GPU: " + gsClassShared + ", each pod's",
-		"claim consuming its memory; MIG: " + gsClassMIG + "), a ResourceClaim per MIG device the plan shares, and",
+	return []string{"DRA objects rendered by gpuslice from " + strings.Join(s.Sources, ", ") + " for gpuslice's DRA driver (" + dranames.DriverName + "):",
+		"per workload a ResourceClaimTemplate (whole GPUs: " + dranames.ClassGPU + "; shares of a GPU: " + dranames.ClassShared + ", each pod's",
+		"claim consuming its memory; MIG: " + dranames.ClassMIG + "), a ResourceClaim per MIG device the plan shares, and",
 		"Deployments whose pods use them as planned. The DeviceClasses come with the Helm chart (deploy/helm/gpuslice)",
 		"or gpuslice dra classes; render --dra-device-classes writes them here too. Sharing is set by SliceConfig",
-		"(" + sliceConfigAPIVersion + "). Pods may set schedulerName: gpuslice-scheduler to have gpuslice's allocator place them."}
+		"(" + dranames.SliceAPIVersion + "). Pods may set schedulerName: gpuslice-scheduler to have gpuslice's allocator place them."}
 }
 
 // gpusliceDeviceClasses are the driver's classes (dradriver.DeviceClasses,
@@ -185,9 +167,9 @@ func gpusliceDeviceClasses() []obj {
 	class := func(name, typ string) obj {
 		return obj{"apiVersion": draAPI, "kind": "DeviceClass", "metadata": obj{"name": name},
 			"spec": obj{"selectors": []obj{{"cel": obj{"expression": fmt.Sprintf(
-				`device.driver == %q && device.attributes[%q].type == %q`, gsDriver, gsDriver, typ)}}}}}
+				`device.driver == %q && device.attributes[%q].%s == %q`, dranames.DriverName, dranames.DriverName, dranames.AttrType, typ)}}}}}
 	}
-	gpu := class(gsClassGPU, "gpu")
-	gpu["spec"].(obj)["extendedResourceName"] = gsLegacyGPU
-	return []obj{gpu, class(gsClassShared, "shared"), class(gsClassMIG, "mig")}
+	gpu := class(dranames.ClassGPU, dranames.TypeGPU)
+	gpu["spec"].(obj)["extendedResourceName"] = dranames.LegacyGPUResource
+	return []obj{gpu, class(dranames.ClassShared, dranames.TypeShared), class(dranames.ClassMIG, dranames.TypeMIG)}
 }

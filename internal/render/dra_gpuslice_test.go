@@ -12,6 +12,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/draconfig"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // decodeSliceConfig is the driver's own decoder of opaque parameters: a
@@ -56,7 +57,7 @@ func gpusliceClaims(t *testing.T, out []byte) map[string]resourcev1.DeviceClaim 
 // decoder accepts with the planned mode, and no selector or constraint
 // names NVIDIA's driver.
 func TestDRAForGpuslice(t *testing.T) {
-	classes := map[string]bool{dradriver.ClassGPU: true, dradriver.ClassShared: true, dradriver.ClassMIG: true}
+	classes := map[string]bool{dranames.ClassGPU: true, dranames.ClassShared: true, dranames.ClassMIG: true}
 	for name, in := range goldenInputs {
 		s, p := planFor(t, in)
 		out, err := RenderWith("dra", s, p, Options{DRADriver: DRADriverGpuslice})
@@ -74,7 +75,7 @@ func TestDRAForGpuslice(t *testing.T) {
 					t.Errorf("%s %s request %s: class %+v, want one of gpuslice's", name, key, r.Name, e)
 					continue
 				}
-				if e.DeviceClassName == dradriver.ClassShared {
+				if e.DeviceClassName == dranames.ClassShared {
 					shares++
 					if q, ok := e.Capacity.Requests["memory"]; e.Capacity == nil || !ok || q.Sign() <= 0 {
 						t.Errorf("%s %s request %s: a share of a GPU without a memory capacity request", name, key, r.Name)
@@ -82,13 +83,13 @@ func TestDRAForGpuslice(t *testing.T) {
 				}
 			}
 			for i, c := range d.Config {
-				if c.Opaque == nil || c.Opaque.Driver != dradriver.DriverName {
-					t.Errorf("%s %s config %d: %+v, want opaque for %s", name, key, i, c, dradriver.DriverName)
+				if c.Opaque == nil || c.Opaque.Driver != dranames.DriverName {
+					t.Errorf("%s %s config %d: %+v, want opaque for %s", name, key, i, c, dranames.DriverName)
 					continue
 				}
 				var tm struct{ APIVersion, Kind string }
 				_ = json.Unmarshal(c.Opaque.Parameters.Raw, &tm)
-				if tm.APIVersion != sliceConfigAPIVersion || tm.Kind != sliceConfigKind {
+				if tm.APIVersion != dranames.SliceAPIVersion || tm.Kind != dranames.SliceKind {
 					t.Errorf("%s %s config %d: %s %s, want SliceConfig", name, key, i, tm.APIVersion, tm.Kind)
 				}
 				sh, err := decodeSliceConfig("spec.devices.config", c.Opaque.Parameters.Raw)
@@ -99,8 +100,8 @@ func TestDRAForGpuslice(t *testing.T) {
 				}
 			}
 			for _, c := range d.Constraints {
-				if c.MatchAttribute == nil || *c.MatchAttribute != dradriver.DriverName+"/index" {
-					t.Errorf("%s %s: constraint on %v, want %s/index", name, key, c.MatchAttribute, dradriver.DriverName)
+				if c.MatchAttribute == nil || *c.MatchAttribute != dranames.DriverName+"/index" {
+					t.Errorf("%s %s: constraint on %v, want %s/index", name, key, c.MatchAttribute, dranames.DriverName)
 				}
 			}
 		}
@@ -124,9 +125,6 @@ func TestDRAGpusliceDeviceClasses(t *testing.T) {
 			}
 			got = append(got, dc)
 		}
-	}
-	if gsDriver != dradriver.DriverName || gsLegacyGPU != dradriver.LegacyGPUResource {
-		t.Errorf("render names the driver %s (legacy %s), dradriver %s (%s)", gsDriver, gsLegacyGPU, dradriver.DriverName, dradriver.LegacyGPUResource)
 	}
 	want := dradriver.DeviceClasses()
 	if len(got) != len(want) {

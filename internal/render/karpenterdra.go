@@ -6,13 +6,14 @@ import (
 	"strings"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/plan"
 )
 
 // karpenterDRAHeader is the karpenter target's header for the claims of
 // gpuslice's DRA driver (render --target karpenter --dra-driver gpuslice).
 var karpenterDRAHeader = []string{
-	"For the ResourceClaims of gpuslice's DRA driver (" + gsDriver + ", render --target dra --dra-driver gpuslice):",
+	"For the ResourceClaims of gpuslice's DRA driver (" + dranames.DriverName + ", render --target dra --dra-driver gpuslice):",
 	"Karpenter (v1.15+) provisions for them only when (1) its cloud provider gives each instance type the devices",
 	"gpuslice will publish there, as InstanceType.DynamicResources.ResourceSliceTemplates: the output of",
 	"gpuslice dra slices --instance-type NAME (or --provider), or the Go package github.com/gpuslice/gpuslice/pkg/karpenterdra;",

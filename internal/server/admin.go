@@ -54,8 +54,8 @@ func (srv *Server) putTenant(w http.ResponseWriter, r *http.Request, p principal
 		writeError(w, err)
 		return
 	}
-	if t.MaxPriority < LowestPriority || t.MaxPriority > HighestPriority {
-		writeError(w, errField("maxPriority", "%d: want %d..%d (the highest claim priority the tenant may ask for; 0: none above another tenant's default)", t.MaxPriority, LowestPriority, HighestPriority))
+	if t.MaxPriority < api.LowestPriority || t.MaxPriority > api.HighestPriority {
+		writeError(w, errField("maxPriority", "%d: want %d..%d (the highest claim priority the tenant may ask for; 0: none above another tenant's default)", t.MaxPriority, api.LowestPriority, api.HighestPriority))
 		return
 	}
 	t.Name = name
@@ -219,16 +219,8 @@ func (srv *Server) deleteTenant(w http.ResponseWriter, r *http.Request, p princi
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// CreateTokenRequest is the body of POST /v1/tokens.
-type CreateTokenRequest struct {
-	Role   api.Role `json:"role"`
-	Tenant string   `json:"tenant,omitempty"`
-	// Node binds an agent token to one node from the start.
-	Node string `json:"node,omitempty"`
-}
-
 func (srv *Server) createToken(w http.ResponseWriter, r *http.Request, p principal) {
-	var req CreateTokenRequest
+	var req api.CreateTokenRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
 		return

@@ -17,10 +17,9 @@ import (
 	"github.com/gpuslice/gpuslice/internal/agent"
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
-func withPriority(r server.CreateClaimRequest, p int) server.CreateClaimRequest {
+func withPriority(r api.CreateClaimRequest, p int) api.CreateClaimRequest {
 	r.Priority = p
 	return r
 }
@@ -158,11 +157,11 @@ func starve(t *testing.T, h *harness, token string, agents ...*agent.Agent) {
 	}
 }
 
-func migReq(profile string, count int) server.CreateClaimRequest {
-	return server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: profile, Count: count}}}}
+func migReq(profile string, count int) api.CreateClaimRequest {
+	return api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: profile, Count: count}}}}
 }
 
-func onModel(model string, mode alloc.Mode, mem int64) server.CreateClaimRequest {
+func onModel(model string, mode alloc.Mode, mem int64) api.CreateClaimRequest {
 	r := gpuReq(mem, mode)
 	r.Requests[0].Selector = "device.attributes['gpu.nvidia.com'].model == '" + model + "'"
 	return r

@@ -22,6 +22,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/server"
 	"github.com/gpuslice/gpuslice/internal/state"
+	"github.com/gpuslice/gpuslice/internal/web"
 )
 
 // stored reads every event and every claim straight from the store.
@@ -46,7 +47,7 @@ func (h *harness) stored() (evs []api.Event, claims []api.Claim) {
 func (h *harness) beat(nodes ...string) {
 	h.t.Helper()
 	for _, n := range nodes {
-		h.must(h.agents[n], "POST", "/v1/nodes/"+n+"/heartbeat", server.HeartbeatRequest{}, 200, nil)
+		h.must(h.agents[n], "POST", "/v1/nodes/"+n+"/heartbeat", api.HeartbeatRequest{}, 200, nil)
 	}
 }
 
@@ -224,8 +225,8 @@ func TestAgentEventsAreRateLimitedPerNode(t *testing.T) {
 	h := newHarnessRun(t, nil, false)
 	h.node("evil", "l4x4")
 	h.node("good", "t4")
-	flood := func(n int) server.HeartbeatRequest {
-		req := server.HeartbeatRequest{}
+	flood := func(n int) api.HeartbeatRequest {
+		req := api.HeartbeatRequest{}
 		for i := range n {
 			req.Events = append(req.Events, api.Event{Kind: "flood", Message: strings.Repeat("x", 200) + strconv.Itoa(i)})
 		}
@@ -250,7 +251,7 @@ func TestAgentEventsAreRateLimitedPerNode(t *testing.T) {
 	}
 	h.must(h.agents["evil"], "POST", "/v1/nodes/evil/heartbeat", flood(1000), 200, nil)
 	h.must(h.agents["evil"], "POST", "/v1/nodes/evil/heartbeat", flood(1000), 200, nil)
-	good := server.HeartbeatRequest{}
+	good := api.HeartbeatRequest{}
 	for range 50 {
 		good.Events = append(good.Events, api.Event{Kind: "ok", Message: "fine"})
 	}
@@ -293,19 +294,19 @@ func TestUsageSurvivesPruning(t *testing.T) {
 		h.must(tok, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &c)
 		ids = append(ids, c.ID)
 		h.advance(time.Duration(10+i) * time.Second)
-		h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{Usage: []server.UsageSample{
+		h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
 			{Claim: c.ID, GPUSeconds: float64(3 + i), SMSeconds: 1.5, MemoryMiBSeconds: 4000 * float64(3+i), MemoryMiB: 4000}}}, 200, nil)
 		h.must(tok, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
 	}
 	type bill struct {
 		Usage     []api.Usage
-		Dashboard []server.TenantView
+		Dashboard []web.TenantView
 		Metrics   []string
 	}
 	read := func() bill {
 		var b bill
 		h.must(h.admin, "GET", "/v1/usage", nil, 200, &b.Usage)
-		var d server.Dashboard
+		var d web.Dashboard
 		h.must(h.admin, "GET", "/v1/dashboard", nil, 200, &d)
 		b.Dashboard = d.Tenants
 		_, m := h.call(h.admin, "GET", "/metrics", nil)
@@ -346,8 +347,8 @@ func TestRepeatedSamplesBillOnce(t *testing.T) {
 	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
 	created := h.clock()
 	h.advance(time.Second)
-	sample := server.UsageSample{Claim: c.ID, GPUSeconds: 10, SMSeconds: 10, MemoryMiBSeconds: 10 * 23034, MemoryMiB: 23034}
-	repeated := server.HeartbeatRequest{}
+	sample := api.UsageSample{Claim: c.ID, GPUSeconds: 10, SMSeconds: 10, MemoryMiBSeconds: 10 * 23034, MemoryMiB: 23034}
+	repeated := api.HeartbeatRequest{}
 	for range 2000 {
 		repeated.Usage = append(repeated.Usage, sample)
 	}
@@ -367,7 +368,7 @@ func TestRepeatedSamplesBillOnce(t *testing.T) {
 	// allowed each): the claim is 6 s old, so 6 s at most.
 	for range 50 {
 		h.advance(100 * time.Millisecond)
-		h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{Usage: []server.UsageSample{
+		h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
 			{Claim: c.ID, GPUSeconds: 6, SMSeconds: 6}}}, 200, nil)
 	}
 	life := h.clock().Sub(created).Seconds()
@@ -377,7 +378,7 @@ func TestRepeatedSamplesBillOnce(t *testing.T) {
 	// An honest sample within the bounds is billed whole.
 	h.advance(10 * time.Second)
 	prior := used()
-	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{Usage: []server.UsageSample{
+	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
 		{Claim: c.ID, GPUSeconds: 4, SMSeconds: 2}, {Claim: c.ID, GPUSeconds: 5, SMSeconds: 3}}}, 200, nil)
 	if u := used(); u.GPUSeconds != prior.GPUSeconds+9 || u.SMSeconds != prior.SMSeconds+5 {
 		t.Fatalf("an honest split sample of 9 GPU-seconds in 10 s: billed %+v after %+v", u, prior)
@@ -414,7 +415,7 @@ func TestQueuedTimeBillsNothing(t *testing.T) {
 		t.Fatalf("after a GPU came free: %s, allocated at %v (now %v)", c.State, c.Allocated, h.clock())
 	}
 	h.advance(2 * time.Second)
-	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{Usage: []server.UsageSample{
+	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
 		{Claim: c.ID, GPUSeconds: 3600, SMSeconds: 3600}}}, 200, nil)
 	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
 	if c.Used == nil || c.Used.GPUSeconds > 2 || c.Used.SMSeconds > 2 {
@@ -491,9 +492,9 @@ func TestHostileAgentNeverOverbills(t *testing.T) {
 			h.advance(time.Duration(rng.IntN(8000)) * time.Millisecond)
 		default: // a hostile heartbeat
 			node := nodes[rng.IntN(len(nodes))]
-			req := server.HeartbeatRequest{}
+			req := api.HeartbeatRequest{}
 			for range rng.IntN(6) {
-				s := server.UsageSample{Claim: ids[rng.IntN(len(ids))], GPUSeconds: value(), SMSeconds: value(), MemoryMiBSeconds: min(value()*80000, math.MaxFloat64)}
+				s := api.UsageSample{Claim: ids[rng.IntN(len(ids))], GPUSeconds: value(), SMSeconds: value(), MemoryMiBSeconds: min(value()*80000, math.MaxFloat64)}
 				if rng.IntN(8) == 0 {
 					s.Claim = "c-nope"
 				}

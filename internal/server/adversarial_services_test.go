@@ -18,11 +18,10 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/model"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
-func serviceReq(cmd ...string) server.PutServiceRequest {
-	return server.PutServiceRequest{ServiceSpec: api.ServiceSpec{
+func serviceReq(cmd ...string) api.PutServiceRequest {
+	return api.PutServiceRequest{ServiceSpec: api.ServiceSpec{
 		Claim:       api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 1024, Mode: alloc.TimeSlice}}},
 		Command:     cmd,
 		Autoscaling: model.Autoscaling{MinReplicas: 1, MaxReplicas: 1},
@@ -47,16 +46,16 @@ func TestTenantTokenRunsOnlyWhatTheAdminAllows(t *testing.T) {
 	h.must(h.admin, "PUT", "/v1/tenants/acme", api.Tenant{Commands: []api.AllowedCommand{{Command: allowed, Env: []string{"MODEL"}}}}, 200, nil)
 	for _, tc := range []struct {
 		name string
-		mut  func(*server.PutServiceRequest)
+		mut  func(*api.PutServiceRequest)
 		want string
 	}{
-		{"another command", func(r *server.PutServiceRequest) { r.Command = []string{"sh", "-c", "id"} }, "is not one tenant acme may run"},
-		{"an extra argument", func(r *server.PutServiceRequest) { r.Command = append(r.Command, "--evil") }, "is not one tenant acme may run"},
-		{"a prefix", func(r *server.PutServiceRequest) { r.Command = r.Command[:1] }, "is not one tenant acme may run"},
-		{"LD_PRELOAD", func(r *server.PutServiceRequest) { r.Env = map[string]string{"LD_PRELOAD": "/tmp/x.so"} }, "may set only [MODEL]"},
-		{"PATH", func(r *server.PutServiceRequest) { r.Env = map[string]string{"MODEL": "m", "PATH": "/tmp"} }, "may set only [MODEL]"},
-		{"a privileged port", func(r *server.PutServiceRequest) { r.Autoscaling.TargetPort = 80 }, "1024..65535"},
-		{"a URL the server fetches", func(r *server.PutServiceRequest) {
+		{"another command", func(r *api.PutServiceRequest) { r.Command = []string{"sh", "-c", "id"} }, "is not one tenant acme may run"},
+		{"an extra argument", func(r *api.PutServiceRequest) { r.Command = append(r.Command, "--evil") }, "is not one tenant acme may run"},
+		{"a prefix", func(r *api.PutServiceRequest) { r.Command = r.Command[:1] }, "is not one tenant acme may run"},
+		{"LD_PRELOAD", func(r *api.PutServiceRequest) { r.Env = map[string]string{"LD_PRELOAD": "/tmp/x.so"} }, "may set only [MODEL]"},
+		{"PATH", func(r *api.PutServiceRequest) { r.Env = map[string]string{"MODEL": "m", "PATH": "/tmp"} }, "may set only [MODEL]"},
+		{"a privileged port", func(r *api.PutServiceRequest) { r.Autoscaling.TargetPort = 80 }, "1024..65535"},
+		{"a URL the server fetches", func(r *api.PutServiceRequest) {
 			r.Metric, r.PrometheusURL, r.PrometheusQuery = "prometheus", "http://169.254.169.254/latest/meta-data", "up"
 		}, "only an admin's service"},
 	} {
@@ -234,7 +233,7 @@ func TestAbandonedLeasedClaimIsReleased(t *testing.T) {
 	if code, _ := h.call(acme, "POST", "/v1/claims/"+other.ID+"/renew", nil); code != http.StatusUnprocessableEntity {
 		t.Fatalf("renewing an unleased claim: %d, want 422", code)
 	}
-	for _, n := range []int{-1, server.MaxLeaseSeconds + 1} {
+	for _, n := range []int{-1, api.MaxLeaseSeconds + 1} {
 		bad := gpuReq(0, alloc.TimeSlice)
 		bad.LeaseSeconds = n
 		if code, _ := h.call(acme, "POST", "/v1/claims", bad); code != http.StatusUnprocessableEntity {

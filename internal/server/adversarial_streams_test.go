@@ -20,7 +20,6 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
-	"github.com/gpuslice/gpuslice/internal/server"
 	"github.com/gpuslice/gpuslice/internal/state"
 )
 
@@ -152,7 +151,7 @@ func TestStreamsPerTokenAndTenantAreCapped(t *testing.T) {
 	beta := h.tenant("beta", 0)
 	h.node("vm", "l4x4")
 	var pending api.Claim
-	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{WaitForNodes: true,
+	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{WaitForNodes: true,
 		Requests: []alloc.Request{{Name: "gpu", Count: 64}}}}, 201, &pending)
 
 	// One token, past its cap, all at once.
@@ -179,7 +178,7 @@ func TestStreamsPerTokenAndTenantAreCapped(t *testing.T) {
 	var more []string
 	for range capPerTenant/capPerToken + 1 {
 		var tok api.Token
-		h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &tok)
+		h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &tok)
 		more = append(more, tok.Secret)
 	}
 	var all []*stream
@@ -426,7 +425,7 @@ func TestHostileStreamsDoNotStarveReads(t *testing.T) {
 	var evilTokens []string
 	for range 6 {
 		var tok api.Token
-		h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: "evil"}, 201, &tok)
+		h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "evil"}, 201, &tok)
 		evilTokens = append(evilTokens, tok.Secret)
 	}
 

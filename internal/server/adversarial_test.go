@@ -37,15 +37,15 @@ func TestAgentTokenCannotTouchAnotherNode(t *testing.T) {
 	h.must(h.admin, "GET", "/v1/nodes/vm", nil, 200, &vm)
 
 	var intruder api.Token
-	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent}, 201, &intruder)
-	empty := server.RegisterRequest{Inventory: alloc.Node{GPUs: []alloc.GPU{}}, Simulated: true}
+	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent}, 201, &intruder)
+	empty := api.RegisterRequest{Inventory: alloc.Node{GPUs: []alloc.GPU{}}, Simulated: true}
 	for _, tc := range []struct {
 		method, path string
 		body         any
 	}{
 		{"PUT", "/v1/nodes/vm", empty},
-		{"POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{Events: []api.Event{{Kind: "xid", Claim: c.ID, Message: "forged"}}}},
-		{"POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{Usage: []server.UsageSample{{Claim: c.ID, GPUSeconds: 1e300}}}},
+		{"POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Events: []api.Event{{Kind: "xid", Claim: c.ID, Message: "forged"}}}},
+		{"POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{{Claim: c.ID, GPUSeconds: 1e300}}}},
 		{"GET", "/v1/nodes/vm/claims", nil},
 	} {
 		if code, body := h.call(intruder.Secret, tc.method, tc.path, tc.body); code != http.StatusForbidden {
@@ -69,7 +69,7 @@ func TestAgentTokenCannotTouchAnotherNode(t *testing.T) {
 	// A token issued for a node registers that node only, and replaces the
 	// node's credential (rotation by an admin).
 	var forVM api.Token
-	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent, Node: "vm"}, 201, &forVM)
+	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent, Node: "vm"}, 201, &forVM)
 	if code, _ := h.call(forVM.Secret, "PUT", "/v1/nodes/elsewhere", empty); code != http.StatusForbidden {
 		t.Fatalf("a token issued for vm registered another node: %d", code)
 	}
@@ -78,7 +78,7 @@ func TestAgentTokenCannotTouchAnotherNode(t *testing.T) {
 		if code, _ := h.call(tok, "DELETE", "/v1/nodes/vm", nil); code != http.StatusForbidden {
 			t.Fatalf("a non-admin token deleted a node: %d", code)
 		}
-		if code, _ := h.call(tok, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAdmin}); code != http.StatusForbidden {
+		if code, _ := h.call(tok, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAdmin}); code != http.StatusForbidden {
 			t.Fatalf("a non-admin token made an admin token: %d", code)
 		}
 	}
@@ -97,11 +97,11 @@ func TestHeartbeatUsageIsBounded(t *testing.T) {
 	var c api.Claim
 	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
 	own := h.agents["vm"]
-	if code, body := h.call(own, "POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{Usage: []server.UsageSample{{Claim: c.ID, GPUSeconds: -5}}}); code != 422 {
+	if code, body := h.call(own, "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{{Claim: c.ID, GPUSeconds: -5}}}); code != 422 {
 		t.Fatalf("negative usage: %d %s", code, body)
 	}
 	h.advance(10 * time.Second)
-	h.must(own, "POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{Usage: []server.UsageSample{{Claim: c.ID, GPUSeconds: math.MaxFloat64, SMSeconds: 1e300, MemoryMiBSeconds: 1e300}}}, 200, nil)
+	h.must(own, "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{{Claim: c.ID, GPUSeconds: math.MaxFloat64, SMSeconds: 1e300, MemoryMiBSeconds: 1e300}}}, 200, nil)
 	var usage []api.Usage
 	h.must(acme, "GET", "/v1/usage", nil, 200, &usage)
 	if len(usage) != 1 || usage[0].GPUSeconds > 20 || usage[0].SMSeconds > 20 || usage[0].MemoryMiBSec > 20*30000 {
@@ -118,14 +118,14 @@ func TestAgentEventsCannotForgeTenantStreams(t *testing.T) {
 	h.node("vm", "l4x4")
 	h.node("evil", "l4x4")
 	var c api.Claim
-	h.must(victim, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Node: "vm",
+	h.must(victim, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Node: "vm",
 		Requests: []alloc.Request{{Name: "gpu", Mode: alloc.Exclusive}}}}, 201, &c)
 	evil := h.agents["evil"]
-	code, body := h.call(evil, "POST", "/v1/nodes/evil/heartbeat", server.HeartbeatRequest{Events: []api.Event{{Kind: "xid\nevent: forged\ndata: {}", Message: "x"}}})
+	code, body := h.call(evil, "POST", "/v1/nodes/evil/heartbeat", api.HeartbeatRequest{Events: []api.Event{{Kind: "xid\nevent: forged\ndata: {}", Message: "x"}}})
 	if code != 422 || !strings.Contains(string(body), "events[0].kind") {
 		t.Fatalf("a kind with newlines: %d %s", code, body)
 	}
-	h.must(evil, "POST", "/v1/nodes/evil/heartbeat", server.HeartbeatRequest{Events: []api.Event{
+	h.must(evil, "POST", "/v1/nodes/evil/heartbeat", api.HeartbeatRequest{Events: []api.Event{
 		{Kind: "xid", Claim: c.ID, Tenant: "victim", Message: "your GPU burned\n\nevent: forged\ndata: {}\n\n"},
 		{Kind: "xid", Tenant: "victim", Message: "forged tenant"},
 	}}, 200, nil)
@@ -310,14 +310,14 @@ func TestReleasedMIGSetupLeavesNothingHalfMade(t *testing.T) {
 	acme := h.tenant("acme", 0)
 	ag, _ := h.node("vm", "dgx-a100")
 	var first api.Claim
-	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
+	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
 		Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: "3g.20gb"}}}}, 201, &first)
 	if first.State != api.Allocated || !hasChange(first.Allocation, alloc.EnableMIG) {
 		t.Fatalf("first: %s %+v", first.State, first.Allocation)
 	}
 	h.must(acme, "DELETE", "/v1/claims/"+first.ID, nil, 200, nil)
 	var second api.Claim
-	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
+	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
 		Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, MemoryMiB: 2048}}}}, 201, &second)
 	if second.State != api.Allocated {
 		t.Fatalf("second: %s %s", second.State, second.Reason)
@@ -537,9 +537,9 @@ func TestEveryCredentialStaysInItsPlace(t *testing.T) {
 	h.must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c)
 	agentVM := h.agents["vm"]
 	var gone api.Token
-	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &gone)
+	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &gone)
 	h.must(h.admin, "DELETE", "/v1/tokens/"+gone.ID, nil, 204, nil)
-	reg := server.RegisterRequest{Inventory: alloc.Node{GPUs: []alloc.GPU{}}}
+	reg := api.RegisterRequest{Inventory: alloc.Node{GPUs: []alloc.GPU{}}}
 	for _, tc := range []struct {
 		who, token   string
 		method, path string
@@ -554,9 +554,9 @@ func TestEveryCredentialStaysInItsPlace(t *testing.T) {
 		{"agent", agentVM, "POST", "/v1/claims/" + c.ID + "/renew", nil, []int{403}},
 		{"deleted", gone.Secret, "POST", "/v1/claims/" + c.ID + "/renew", nil, []int{401}},
 		{"tenant", acme, "PUT", "/v1/services/s", serviceReq("sh", "-c", "id"), []int{403}},
-		{"beta", beta, "POST", "/v1/claims", server.CreateClaimRequest{Tenant: "acme", ClaimSpec: gpuReq(1, alloc.TimeSlice).ClaimSpec}, []int{422}},
+		{"beta", beta, "POST", "/v1/claims", api.CreateClaimRequest{Tenant: "acme", ClaimSpec: gpuReq(1, alloc.TimeSlice).ClaimSpec}, []int{422}},
 		{"tenant", acme, "PUT", "/v1/nodes/vm", reg, []int{403}},
-		{"tenant", acme, "POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{}, []int{403}},
+		{"tenant", acme, "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{}, []int{403}},
 		{"tenant", acme, "GET", "/v1/nodes/vm/claims", nil, []int{403}},
 		{"tenant", acme, "GET", "/v1/tokens", nil, []int{403}},
 		{"tenant", acme, "PUT", "/v1/tenants/acme", api.Tenant{}, []int{403}},
@@ -566,7 +566,7 @@ func TestEveryCredentialStaysInItsPlace(t *testing.T) {
 		{"agent", agentVM, "DELETE", "/v1/claims/" + c.ID, nil, []int{403}},
 		{"agent", agentVM, "GET", "/v1/events", nil, []int{403}},
 		{"agent", agentVM, "GET", "/v1/nodes/other/claims", nil, []int{403}},
-		{"agent", agentVM, "POST", "/v1/nodes/other/heartbeat", server.HeartbeatRequest{}, []int{403}},
+		{"agent", agentVM, "POST", "/v1/nodes/other/heartbeat", api.HeartbeatRequest{}, []int{403}},
 		{"agent", agentVM, "PUT", "/v1/nodes/other", reg, []int{403}},
 		{"agent", agentVM, "DELETE", "/v1/tokens/" + gone.ID, nil, []int{403}},
 		{"deleted", gone.Secret, "GET", "/v1/claims", nil, []int{401}},
@@ -667,7 +667,7 @@ func TestClaimThatCanNeverFitIsRefused(t *testing.T) {
 		t.Fatalf("with no node yet: %s", early.State)
 	}
 	h.node("vm", "dgx-a100")
-	for _, req := range []server.CreateClaimRequest{
+	for _, req := range []api.CreateClaimRequest{
 		gpuReq(500*1024, alloc.TimeSlice),
 		{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: "7g.80gb"}}}},
 		{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.Exclusive, Selector: "device.attributes['gpu.nvidia.com'].model == 'H100-80GB-SXM'"}}}},
@@ -703,7 +703,7 @@ func TestUsedMemoryMetricForgetsReleasedClaims(t *testing.T) {
 	var c api.Claim
 	h.must(acme, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &c)
 	h.advance(time.Second)
-	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", server.HeartbeatRequest{Usage: []server.UsageSample{{Claim: c.ID, GPUSeconds: 1, MemoryMiB: 1234}}}, 200, nil)
+	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{{Claim: c.ID, GPUSeconds: 1, MemoryMiB: 1234}}}, 200, nil)
 	line := `gpuslice_device_memory_used_mib{device="` + c.Allocation.Devices[0].Device + `",node="vm",tenant="acme"} 1234`
 	if _, body := h.call(h.admin, "GET", "/metrics", nil); !strings.Contains(string(body), line) {
 		t.Fatalf("no used-memory line for the live claim")

@@ -15,7 +15,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
 // Time-slicing has no memory isolation: the agent's watchdog compares a
@@ -151,7 +150,7 @@ func TestFatalXIDStopsPlacements(t *testing.T) {
 		t.Fatal("GPU still healthy after XID 79")
 	}
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 1000}}}}, 201, &c)
+	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 1000}}}}, 201, &c)
 	if c.State != api.Pending || !strings.Contains(c.Reason, "GPU unhealthy") {
 		t.Fatalf("placed on an unhealthy GPU: %+v", c)
 	}
@@ -175,7 +174,7 @@ func TestAgentRestartAdopts(t *testing.T) {
 	acme := h.tenant("acme", 0)
 	ag, m := h.node("host-a", "mixed")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
+	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
 		Requests: []alloc.Request{{Name: "gpu", Profile: "2g.10gb"}}}}, 201, &c)
 	if err := ag.Step(context.Background()); err != nil {
 		t.Fatal(err)
@@ -229,7 +228,7 @@ func TestAgentReportsDrift(t *testing.T) {
 	acme := h.tenant("acme", 0)
 	ag, m := h.node("host-a", "mixed")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
+	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
 		Requests: []alloc.Request{{Name: "gpu", Profile: "1g.5gb"}}}}, 201, &c)
 	ctx := context.Background()
 	if err := ag.Step(ctx); err != nil {
@@ -444,8 +443,8 @@ func TestSimulatedProcessStopsBeforeEviction(t *testing.T) {
 	acme := h.tenant("acme", 0)
 	ag, m := h.node("host-a", "mixed", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
 	ctx := context.Background()
-	mig := func(profile string) server.CreateClaimRequest {
-		return server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: profile}}}}
+	mig := func(profile string) api.CreateClaimRequest {
+		return api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: profile}}}}
 	}
 	var x, y, z api.Claim
 	h.must(acme, "POST", "/v1/claims", mig("7g.40gb"), 201, &x)

@@ -57,8 +57,8 @@ func TestUsageBoundAndClamp(t *testing.T) {
 			}
 		})
 	}
-	merged := mergeSamples([]UsageSample{{Claim: "x", GPUSeconds: 1, MemoryMiB: 5}, {Claim: "y", GPUSeconds: 2}, {Claim: "x", GPUSeconds: 3, SMSeconds: 1, MemoryMiB: 4}})
-	if len(merged) != 2 || merged[0] != (UsageSample{Claim: "x", GPUSeconds: 4, SMSeconds: 1, MemoryMiB: 5}) || merged[1].Claim != "y" {
+	merged := mergeSamples([]api.UsageSample{{Claim: "x", GPUSeconds: 1, MemoryMiB: 5}, {Claim: "y", GPUSeconds: 2}, {Claim: "x", GPUSeconds: 3, SMSeconds: 1, MemoryMiB: 4}})
+	if len(merged) != 2 || merged[0] != (api.UsageSample{Claim: "x", GPUSeconds: 4, SMSeconds: 1, MemoryMiB: 5}) || merged[1].Claim != "y" {
 		t.Fatalf("mergeSamples = %+v", merged)
 	}
 }

@@ -12,15 +12,8 @@ import (
 	"github.com/gpuslice/gpuslice/internal/state"
 )
 
-// CreateClaimRequest is the body of POST /v1/claims.
-type CreateClaimRequest struct {
-	// Tenant is required for admin tokens and must match a tenant token's.
-	Tenant string `json:"tenant,omitempty"`
-	api.ClaimSpec
-}
-
 func (srv *Server) createClaim(w http.ResponseWriter, r *http.Request, p principal) {
-	var req CreateClaimRequest
+	var req api.CreateClaimRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -161,8 +154,8 @@ func (srv *Server) validateClaim(c *api.Claim) error {
 		}
 		return &httpError{status: http.StatusUnprocessableEntity, field: field, msg: err.Error()}
 	}
-	if p := c.Spec.Priority; p < LowestPriority || p > HighestPriority {
-		return errField("priority", "%d: want %d..%d, and at most the tenant's maxPriority (0 unless an admin raised it)", p, LowestPriority, HighestPriority)
+	if p := c.Spec.Priority; p < api.LowestPriority || p > api.HighestPriority {
+		return errField("priority", "%d: want %d..%d, and at most the tenant's maxPriority (0 unless an admin raised it)", p, api.LowestPriority, api.HighestPriority)
 	}
 	switch c.Spec.MemoryPolicy {
 	case "", "warn", "kill":
@@ -177,21 +170,14 @@ func (srv *Server) validateClaim(c *api.Claim) error {
 	if c.Spec.Node != "" && !validName.MatchString(c.Spec.Node) {
 		return errField("node", "node name %q: lowercase letters, digits, '.', '_' and '-', 1–63 characters", c.Spec.Node)
 	}
-	if c.Spec.LeaseSeconds < 0 || c.Spec.LeaseSeconds > MaxLeaseSeconds {
-		return errField("leaseSeconds", "%d: want 1..%d seconds (0: no lease)", c.Spec.LeaseSeconds, MaxLeaseSeconds)
+	if c.Spec.LeaseSeconds < 0 || c.Spec.LeaseSeconds > api.MaxLeaseSeconds {
+		return errField("leaseSeconds", "%d: want 1..%d seconds (0: no lease)", c.Spec.LeaseSeconds, api.MaxLeaseSeconds)
 	}
 	if c.Spec.Service != "" && !validName.MatchString(c.Spec.Service) {
 		return errField("service", "service name %q: lowercase letters, digits, '.', '_' and '-', 1–63 characters", c.Spec.Service)
 	}
 	return nil
 }
-
-// LowestPriority and HighestPriority bound claim priorities and tenants'
-// maxPriority, so no arithmetic on them can overflow.
-const (
-	LowestPriority  = -1000
-	HighestPriority = 1000
-)
 
 // priorityAllowed says whether tenant t may ask for priority p: at most
 // its MaxPriority, which only an admin sets (0 by default: no tenant

@@ -15,40 +15,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/web"
 )
 
-// Dashboard is the answer of GET /v1/dashboard: one page of the tenants
-// the caller may see with quota, usage and cost, and the samples for the
-// charts (thinned to ?points=, with the figures of ChartTenants only).
-type Dashboard struct {
-	Time time.Time `json:"time"`
-	// Viewer is the caller's tenant ("" for an admin).
-	Viewer  string       `json:"viewer,omitempty"`
-	Tenants []TenantView `json:"tenants"`
-	// TotalTenants is how many tenants match the query (every page's).
-	TotalTenants int `json:"totalTenants"`
-	// Next is the cursor of the next page (also in X-Next-Cursor); empty
-	// on the last.
-	Next   string       `json:"next,omitempty"`
-	Series []web.Sample `json:"series"`
-	// ChartTenants are the tenants whose figures the samples carry: the
-	// caller's own for a tenant, the 12 with the most GPU-seconds for an
-	// admin.
-	ChartTenants []string `json:"chartTenants"`
-	// GPUHourPrices is the cheapest catalog price of a GPU-hour by model.
-	GPUHourPrices map[string]float64 `json:"gpuHourPrices"`
-	// SampleSeconds is how often a sample is taken.
-	SampleSeconds float64 `json:"sampleSeconds"`
-}
-
-// TenantView is one tenant in the dashboard.
-type TenantView struct {
-	Name                string    `json:"name"`
-	MemoryQuotaMiB      int64     `json:"memoryQuotaMiB,omitempty"`
-	ComputeQuotaPercent int       `json:"computeQuotaPercent,omitempty"`
-	Usage               api.Usage `json:"usage"`
-	Pending             int       `json:"pending"`
-	Cost                web.Cost  `json:"cost"`
-}
-
 // snapshot is what one read-only transaction gives the dashboard.
 type snapshot struct {
 	nodes   []api.Node
@@ -197,7 +163,7 @@ func (srv *Server) dashboard(w http.ResponseWriter, r *http.Request, p principal
 	cat := catalog.Default()
 	prices := web.GPUHourPrices(cat)
 	models := modelsByGPU(s.nodes)
-	out := Dashboard{Time: srv.cfg.Clock(), Viewer: viewer, Tenants: []TenantView{}, GPUHourPrices: prices,
+	out := web.Dashboard{Time: srv.cfg.Clock(), Viewer: viewer, Tenants: []web.TenantView{}, GPUHourPrices: prices,
 		SampleSeconds: srv.cfg.SampleInterval.Seconds()}
 	byTenant := map[string][]api.Claim{}
 	for _, c := range s.claims {
@@ -205,7 +171,7 @@ func (srv *Server) dashboard(w http.ResponseWriter, r *http.Request, p principal
 			byTenant[c.Tenant] = append(byTenant[c.Tenant], c)
 		}
 	}
-	var all []TenantView
+	var all []web.TenantView
 	for _, t := range s.tenants {
 		if viewer != "" && t.Name != viewer || dq.q != "" && !strings.Contains(strings.ToLower(t.Name), strings.ToLower(dq.q)) {
 			continue
@@ -224,13 +190,13 @@ func (srv *Server) dashboard(w http.ResponseWriter, r *http.Request, p principal
 			out.Next = all[len(all)-1].Name
 		}
 	} else {
-		key := map[string]func(TenantView) float64{
-			"cost":       func(t TenantView) float64 { return t.Cost.PerHour },
-			"memory":     func(t TenantView) float64 { return float64(t.Usage.MemoryMiB) },
-			"pending":    func(t TenantView) float64 { return float64(t.Pending) },
-			"gpuSeconds": func(t TenantView) float64 { return t.Usage.GPUSeconds },
+		key := map[string]func(web.TenantView) float64{
+			"cost":       func(t web.TenantView) float64 { return t.Cost.PerHour },
+			"memory":     func(t web.TenantView) float64 { return float64(t.Usage.MemoryMiB) },
+			"pending":    func(t web.TenantView) float64 { return float64(t.Pending) },
+			"gpuSeconds": func(t web.TenantView) float64 { return t.Usage.GPUSeconds },
 		}[dq.sort]
-		slices.SortStableFunc(all, func(a, b TenantView) int { return cmp.Compare(key(b), key(a)) })
+		slices.SortStableFunc(all, func(a, b web.TenantView) int { return cmp.Compare(key(b), key(a)) })
 		off, _ := strconv.Atoi(dq.after)
 		all = all[min(off, len(all)):]
 		if len(all) > dq.limit {
@@ -262,8 +228,8 @@ func (srv *Server) dashboard(w http.ResponseWriter, r *http.Request, p principal
 	writeJSONGzip(w, r, out)
 }
 
-func tenantView(t api.Tenant, usage api.Usage, claims []api.Claim, models map[string]string, prices map[string]float64, cat *catalog.Catalog) TenantView {
-	tv := TenantView{Name: t.Name, MemoryQuotaMiB: t.MemoryMiB, ComputeQuotaPercent: t.ComputePercent, Usage: usage}
+func tenantView(t api.Tenant, usage api.Usage, claims []api.Claim, models map[string]string, prices map[string]float64, cat *catalog.Catalog) web.TenantView {
+	tv := web.TenantView{Name: t.Name, MemoryQuotaMiB: t.MemoryMiB, ComputeQuotaPercent: t.ComputePercent, Usage: usage}
 	tv.Usage.Tenant = t.Name
 	for _, c := range claims {
 		if c.State == api.Pending {
@@ -280,18 +246,6 @@ func tenantView(t api.Tenant, usage api.Usage, claims []api.Claim, models map[st
 	return tv
 }
 
-// TenantPage is the answer of GET /v1/dashboard/tenants/{name}.
-type TenantPage struct {
-	Time   time.Time  `json:"time"`
-	Tenant TenantView `json:"tenant"`
-	// Series is the tenant's figures (and the fleet's totals) over time.
-	Series []web.Sample `json:"series"`
-	// Claims are its pending and live claims (at most 500).
-	Claims []api.Claim `json:"claims"`
-	// Events are its newest events, newest first.
-	Events []api.Event `json:"events"`
-}
-
 // dashboardTenant answers GET /v1/dashboard/tenants/{name}[?points=N]: a
 // tenant token gets its own tenant only (another is 404).
 func (srv *Server) dashboardTenant(w http.ResponseWriter, r *http.Request, p principal) {
@@ -305,7 +259,7 @@ func (srv *Server) dashboardTenant(w http.ResponseWriter, r *http.Request, p pri
 		writeError(w, errStatus(http.StatusNotFound, "tenant %q not found", name))
 		return
 	}
-	var out TenantPage
+	var out web.TenantPage
 	var t api.Tenant
 	var usage api.Usage
 	var nodes []api.Node

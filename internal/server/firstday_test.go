@@ -7,12 +7,11 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
-func pinnedReq(node string, r alloc.Request) server.CreateClaimRequest {
+func pinnedReq(node string, r alloc.Request) api.CreateClaimRequest {
 	r.Name = "gpu"
-	return server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Node: node, Requests: []alloc.Request{r}}}
+	return api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Node: node, Requests: []alloc.Request{r}}}
 }
 
 // A claim pinned to a node (gpuslice run pins its claim to this host's
@@ -135,8 +134,8 @@ func TestTokenPrefixesAreDistinct(t *testing.T) {
 	h := newHarness(t, nil)
 	h.tenant("acme", 0)
 	var agentTok, tenantTok api.Token
-	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent}, 201, &agentTok)
-	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &tenantTok)
+	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent}, 201, &agentTok)
+	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &tenantTok)
 	for secret, want := range map[string]string{h.admin: "gs_admin_", agentTok.Secret: "gs_agent_", tenantTok.Secret: "gs_t_"} {
 		if !strings.HasPrefix(secret, want) {
 			t.Errorf("secret %q, want prefix %s", secret, want)

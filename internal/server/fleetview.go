@@ -348,21 +348,6 @@ func (srv *Server) fleetSummary(w http.ResponseWriter, r *http.Request, p princi
 	writeJSONGzip(w, r, srv.summaryFor(s, p, srv.cfg.Clock()))
 }
 
-// GPUView is the answer of GET /v1/fleet/gpus/{node}/{index}.
-type GPUView struct {
-	Time time.Time     `json:"time"`
-	Node web.FleetNode `json:"node"` // without its GPUs
-	GPU  web.FleetGPU  `json:"gpu"`
-	// History is the GPU's memory promised and used, sample by sample.
-	History []web.GPUPoint `json:"history"`
-	// Claims are the claims that hold or held a device of the GPU, newest
-	// first (at most 50; a tenant's own only).
-	Claims []api.Claim `json:"claims"`
-	// Events are the newest events of the GPU's node (a tenant's own
-	// events only), newest first.
-	Events []api.Event `json:"events"`
-}
-
 func (srv *Server) fleetGPU(w http.ResponseWriter, r *http.Request, p principal) {
 	name := r.PathValue("node")
 	index, err := strconv.Atoi(r.PathValue("index"))
@@ -376,7 +361,7 @@ func (srv *Server) fleetGPU(w http.ResponseWriter, r *http.Request, p principal)
 		return
 	}
 	now := srv.cfg.Clock()
-	var out *GPUView
+	var out *web.GPUView
 	for _, n := range s.nodes {
 		if n.Name != name {
 			continue
@@ -387,7 +372,7 @@ func (srv *Server) fleetGPU(w http.ResponseWriter, r *http.Request, p principal)
 			if g.Index == index {
 				node := f.Nodes[0]
 				node.GPUs = nil
-				out = &GPUView{Time: now, Node: node, GPU: g, History: srv.gpuHistory.Of(g.UUID), Claims: []api.Claim{}}
+				out = &web.GPUView{Time: now, Node: node, GPU: g, History: srv.gpuHistory.Of(g.UUID), Claims: []api.Claim{}}
 			}
 		}
 	}

@@ -72,13 +72,13 @@ func FuzzAPIBodies(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	reg, _ := json.Marshal(server.RegisterRequest{Inventory: inv, Simulated: true})
+	reg, _ := json.Marshal(api.RegisterRequest{Inventory: inv, Simulated: true})
 	if w := do("PUT", "/v1/nodes/host-a", agentTok.Secret, reg); w.Code != 200 {
 		f.Fatalf("register: %d %s", w.Code, w.Body)
 	}
 	tokens := map[string]string{"admin": admin.Secret, "tenant": tenant.Secret, "agent": agentTok.Secret}
 
-	claim, _ := json.Marshal(server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 4096, Mode: alloc.TimeSlice}}}})
+	claim, _ := json.Marshal(api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 4096, Mode: alloc.TimeSlice}}}})
 	for _, seed := range []struct {
 		route byte
 		body  string

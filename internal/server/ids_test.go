@@ -9,7 +9,6 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
 // Ids as NVML writes them (lowercase hex).
@@ -47,10 +46,10 @@ var hostileUUIDs = []struct{ name, id string }{
 func TestHostileUUIDsRefused(t *testing.T) {
 	h := newHarness(t, nil)
 	var tok api.Token
-	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent, Node: "evil"}, 201, &tok)
+	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent, Node: "evil"}, 201, &tok)
 	check := func(what string, inv alloc.Node, field string) {
 		t.Helper()
-		code, body := h.call(tok.Secret, "PUT", "/v1/nodes/evil", server.RegisterRequest{Inventory: inv, Simulated: true})
+		code, body := h.call(tok.Secret, "PUT", "/v1/nodes/evil", api.RegisterRequest{Inventory: inv, Simulated: true})
 		var e api.Error
 		if err := json.Unmarshal(body, &e); err != nil {
 			t.Fatalf("%s: %d %s", what, code, body)
@@ -77,9 +76,9 @@ func TestHostileUUIDsRefused(t *testing.T) {
 
 	// The same node with NVML's uuids registers; a heartbeat carrying a
 	// hostile inventory is refused and leaves the stored one alone.
-	h.must(tok.Secret, "PUT", "/v1/nodes/evil", server.RegisterRequest{Inventory: hostileInventory(okGPU1, okMIG), Simulated: true}, 200, nil)
+	h.must(tok.Secret, "PUT", "/v1/nodes/evil", api.RegisterRequest{Inventory: hostileInventory(okGPU1, okMIG), Simulated: true}, 200, nil)
 	bad := hostileInventory("GPU-../../etc", okMIG)
-	code, body := h.call(tok.Secret, "POST", "/v1/nodes/evil/heartbeat", server.HeartbeatRequest{Inventory: &bad})
+	code, body := h.call(tok.Secret, "POST", "/v1/nodes/evil/heartbeat", api.HeartbeatRequest{Inventory: &bad})
 	var e api.Error
 	_ = json.Unmarshal(body, &e)
 	if code != http.StatusUnprocessableEntity || e.Field != "inventory.gpus[1].uuid" {

@@ -19,9 +19,6 @@ import (
 // restart renew against it, and those that did not are released one lease
 // and one grace later.
 
-// MaxLeaseSeconds bounds ClaimSpec.LeaseSeconds.
-const MaxLeaseSeconds = 3600
-
 type lease struct {
 	ttl     time.Duration
 	expires time.Time

@@ -510,7 +510,7 @@ type linzRun struct {
 	admin string
 	// tenants' tokens by name; fixed after setup.
 	tenants map[string]string
-	nodes   map[string]server.RegisterRequest
+	nodes   map[string]api.RegisterRequest
 
 	srvMu sync.Mutex
 	srv   *linzServer
@@ -723,14 +723,14 @@ func (r *linzRun) setup() {
 		// Claims ask for priority 0 or 1 (an admin lets them).
 		r.must(r.admin, "PUT", "/v1/tenants/"+name, api.Tenant{MemoryMiB: quota, MaxPriority: 1}, 200, nil)
 		var tk api.Token
-		r.must(r.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: name}, 201, &tk)
+		r.must(r.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: name}, 201, &tk)
 		r.tenants[name] = tk.Secret
 	}
 	spec, err := fake.Preset("l4x4")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.nodes = map[string]server.RegisterRequest{}
+	r.nodes = map[string]api.RegisterRequest{}
 	for i, name := range []string{"linz-a", "linz-b"} {
 		m, err := fake.New(spec, fake.WithSeed(int64(7001+i)))
 		if err != nil {
@@ -744,7 +744,7 @@ func (r *linzRun) setup() {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := server.RegisterRequest{Inventory: inv, Simulated: true, Driver: m.Info().DriverVersion}
+		req := api.RegisterRequest{Inventory: inv, Simulated: true, Driver: m.Info().DriverVersion}
 		r.must(r.admin, "PUT", "/v1/nodes/"+name, req, 200, nil)
 		r.nodes[name] = req
 	}
@@ -767,7 +767,7 @@ func (r *linzRun) nodeLoop(ctx context.Context) {
 		r.noteSide("register", code, body, err)
 		if i%4 == 0 {
 			for _, n := range names {
-				code, body, err := r.send(r.admin, "POST", "/v1/nodes/"+n+"/heartbeat", server.HeartbeatRequest{})
+				code, body, err := r.send(r.admin, "POST", "/v1/nodes/"+n+"/heartbeat", api.HeartbeatRequest{})
 				r.noteSide("heartbeat", code, body, err)
 			}
 		}
@@ -945,7 +945,7 @@ func (r *linzRun) classify(what string, code int, data []byte, err error) (out l
 // linzClaimReq is a claim for the tenant: acme mostly asks for whole L4s
 // (exclusive, scarce: 8 of them) and sometimes 6000 MiB time-sliced; the
 // quota tenant asks for 4000 MiB time-sliced.
-func linzClaimReq(rng *rand.Rand, tenant string) server.CreateClaimRequest {
+func linzClaimReq(rng *rand.Rand, tenant string) api.CreateClaimRequest {
 	rq := alloc.Request{Name: "gpu", Mode: alloc.Exclusive}
 	switch {
 	case tenant == linzQuotaTenant:
@@ -953,11 +953,11 @@ func linzClaimReq(rng *rand.Rand, tenant string) server.CreateClaimRequest {
 	case rng.IntN(10) < 3:
 		rq.Mode, rq.MemoryMiB = alloc.TimeSlice, 6000
 	}
-	return server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{rq}, Priority: rng.IntN(2)}}
+	return api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{rq}, Priority: rng.IntN(2)}}
 }
 
 // create posts a claim and records it if one was made.
-func (r *linzRun) create(client int, tenant string, req server.CreateClaimRequest) (string, linzOut) {
+func (r *linzRun) create(client int, tenant string, req api.CreateClaimRequest) (string, linzOut) {
 	call, gen := r.now(), r.gens.Load()
 	code, data, err := r.send(r.tenants[tenant], "POST", "/v1/claims", req)
 	ret := r.now()
@@ -1039,7 +1039,7 @@ func (r *linzRun) round(round int, rng *rand.Rand) error {
 func (r *linzRun) burst(rng *rand.Rand) {
 	w, live, order := r.cfg.workers, r.live, &r.order
 	fresh := make([]string, 1+rng.IntN(3))
-	reqs := make([]server.CreateClaimRequest, len(fresh))
+	reqs := make([]api.CreateClaimRequest, len(fresh))
 	tenants := make([]string, len(fresh))
 	for i := range fresh {
 		tenants[i] = "acme"

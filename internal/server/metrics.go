@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/slicemetrics"
 	"github.com/gpuslice/gpuslice/internal/state"
 )
 
@@ -46,7 +47,7 @@ var (
 	// One meaning per label name across /metrics: UUID is a GPU's uuid,
 	// gpu its index on the node (dcgm-exporter's names, as the slice
 	// series use them), Hostname its node.
-	descHealthy = prometheus.NewDesc("gpuslice_gpu_healthy", "1 when a GPU is healthy, 0 after a fatal XID or loss, as its agent reports.", gpuLabels, nil)
+	descHealthy = prometheus.NewDesc("gpuslice_gpu_healthy", "1 when a GPU is healthy, 0 after a fatal XID or loss, as its agent reports.", slicemetrics.GPULabels, nil)
 )
 
 type usedEntry struct {

@@ -17,36 +17,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/state"
 )
 
-// RegisterRequest is the body of PUT /v1/nodes/{name}: what the agent found.
-type RegisterRequest struct {
-	Inventory alloc.Node `json:"inventory"`
-	Simulated bool       `json:"simulated"`
-	Driver    string     `json:"driver,omitempty"`
-	// Host is the name of the machine the agent runs on (its short host
-	// name): gpuslice run starts a command only on the host of the node
-	// its claim is on.
-	Host string `json:"host,omitempty"`
-}
-
-// HeartbeatRequest is the body of POST /v1/nodes/{name}/heartbeat.
-type HeartbeatRequest struct {
-	// Inventory is set when the GPUs changed since the last report.
-	Inventory *alloc.Node `json:"inventory,omitempty"`
-	// Usage since the last heartbeat, per claim.
-	Usage []UsageSample `json:"usage,omitempty"`
-	// Events the agent saw (health, memory watchdog).
-	Events []api.Event `json:"events,omitempty"`
-}
-
-// UsageSample is what one claim used since the last report.
-type UsageSample struct {
-	Claim            string  `json:"claim"`
-	GPUSeconds       float64 `json:"gpuSeconds"`
-	SMSeconds        float64 `json:"smSeconds"`
-	MemoryMiBSeconds float64 `json:"memoryMiBSeconds"`
-	MemoryMiB        int64   `json:"memoryMiB"`
-}
-
 // onNode says whether one of the claim's devices is on node.
 func onNode(c api.Claim, node string) bool {
 	if c.Allocation == nil {
@@ -84,7 +54,7 @@ func (srv *Server) registerNode(w http.ResponseWriter, r *http.Request, p princi
 		writeError(w, errField("name", "node name %q: lowercase letters, digits, '.', '_' and '-', 1–63 characters", name))
 		return
 	}
-	var req RegisterRequest
+	var req api.RegisterRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -253,7 +223,7 @@ var eventKind = regexp.MustCompile(`^[a-z][a-z0-9-]{0,47}$`)
 // checkHeartbeat refuses samples and events no real agent sends:
 // non-finite or negative usage, event kinds outside [a-z0-9-]; it cuts
 // messages to 4 KiB.
-func checkHeartbeat(req *HeartbeatRequest) error {
+func checkHeartbeat(req *api.HeartbeatRequest) error {
 	if len(req.Usage) > 10000 {
 		return errField("usage", "at most 10,000 usage samples per heartbeat, got %d", len(req.Usage))
 	}
@@ -348,8 +318,8 @@ func clampUsage(prior, u api.Consumption, lim usageLimit) (add, total api.Consum
 // mergeSamples sums each claim's samples (kept in the order claims first
 // appear), so that a claim's usage is clamped once per heartbeat however
 // many samples name it; MemoryMiB, a level, is the largest reported.
-func mergeSamples(us []UsageSample) []UsageSample {
-	var out []UsageSample
+func mergeSamples(us []api.UsageSample) []api.UsageSample {
+	var out []api.UsageSample
 	at := map[string]int{}
 	for _, u := range us {
 		i, ok := at[u.Claim]
@@ -395,7 +365,7 @@ func gpuMemory(tx state.Tx, have api.Node) func(node, gpu string) int64 {
 
 func (srv *Server) heartbeat(w http.ResponseWriter, r *http.Request, p principal) {
 	name := r.PathValue("name")
-	var req HeartbeatRequest
+	var req api.HeartbeatRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
 		return

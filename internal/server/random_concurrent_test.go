@@ -403,7 +403,7 @@ func (r *concRun) op(ctx context.Context, who string, rng *rand.Rand, hot []stri
 	}
 }
 
-func (r *concRun) create(ctx context.Context, who, tenant string, req server.CreateClaimRequest) {
+func (r *concRun) create(ctx context.Context, who, tenant string, req api.CreateClaimRequest) {
 	code, body, err := r.do(ctx, r.tokens[tenant], "POST", "/v1/claims", req)
 	if err != nil {
 		r.fail("%s: create for %s: %v", who, tenant, err)

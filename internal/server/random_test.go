@@ -14,7 +14,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
-	"github.com/gpuslice/gpuslice/internal/server"
 	"github.com/gpuslice/gpuslice/internal/state"
 )
 
@@ -179,7 +178,7 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 	}
 }
 
-func randomRequest(rng *rand.Rand) server.CreateClaimRequest {
+func randomRequest(rng *rand.Rand) api.CreateClaimRequest {
 	r := alloc.Request{Name: "gpu"}
 	switch rng.IntN(6) {
 	case 0:
@@ -196,7 +195,7 @@ func randomRequest(rng *rand.Rand) server.CreateClaimRequest {
 	if rng.IntN(5) == 0 {
 		r.Count = 2
 	}
-	c := server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{r}, Priority: rng.IntN(3)}}
+	c := api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{r}, Priority: rng.IntN(3)}}
 	switch rng.IntN(8) {
 	case 0:
 		c.Node = []string{"node-0", "node-1"}[rng.IntN(2)]

@@ -176,7 +176,7 @@ func (h *harness) tenant(name string, quotaMiB int64) string {
 	h.t.Helper()
 	h.must(h.admin, "PUT", "/v1/tenants/"+name, api.Tenant{MemoryMiB: quotaMiB}, 200, nil)
 	var tok api.Token
-	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: name}, 201, &tok)
+	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: name}, 201, &tok)
 	return tok.Secret
 }
 
@@ -185,7 +185,7 @@ func (h *harness) tenant(name string, quotaMiB int64) string {
 func (h *harness) node(name, preset string, opts ...func(*agent.Config, *fake.Machine)) (*agent.Agent, *fake.Machine) {
 	h.t.Helper()
 	var tok api.Token
-	h.must(h.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleAgent}, 201, &tok)
+	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent}, 201, &tok)
 	h.mu.Lock()
 	if h.agents == nil {
 		h.agents = map[string]string{}
@@ -223,8 +223,8 @@ func (h *harness) node(name, preset string, opts ...func(*agent.Config, *fake.Ma
 	return a, m
 }
 
-func gpuReq(mem int64, mode alloc.Mode) server.CreateClaimRequest {
-	return server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: mem, Mode: mode}}}}
+func gpuReq(mem int64, mode alloc.Mode) api.CreateClaimRequest {
+	return api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: mem, Mode: mode}}}}
 }
 
 func TestClaimLifecycleWithAgent(t *testing.T) {
@@ -232,7 +232,7 @@ func TestClaimLifecycleWithAgent(t *testing.T) {
 	acme := h.tenant("acme", 0)
 	ag, m := h.node("host-a", "mixed")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
+	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
 		Requests: []alloc.Request{{Name: "gpu", Profile: "3g.20gb"}}}}, 201, &c)
 	if c.State != api.Allocated || c.Allocation == nil || !alloc.IsPlanned(c.Allocation.Devices[0].Device) {
 		t.Fatalf("claim %+v", c)
@@ -629,7 +629,7 @@ func TestStarvingClaimHoldsOneNode(t *testing.T) {
 	beta := h.tenant("beta", 0)
 	a, _ := h.node("host-a", "l4x4")
 	b, _ := h.node("host-b", "l4x4")
-	pin := func(node string) server.CreateClaimRequest {
+	pin := func(node string) api.CreateClaimRequest {
 		r := gpuReq(0, alloc.Exclusive)
 		r.Node = node
 		return r
@@ -665,7 +665,7 @@ func TestStarvingClaimHoldsOneNode(t *testing.T) {
 	}
 	// ...and one pinned to the held node waits.
 	var pinned api.Claim
-	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Node: node,
+	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Node: node,
 		Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 2000, Mode: alloc.TimeSlice}}}}, 201, &pinned)
 	if pinned.State != api.Pending || !strings.Contains(pinned.Reason, "node "+node+" is held for claim "+big.ID) {
 		t.Fatalf("a claim pinned to the held node: %s %q", pinned.State, pinned.Reason)
@@ -691,7 +691,7 @@ func TestQueuedReplicasShareASizedDevice(t *testing.T) {
 	var reps []api.Claim
 	for range 6 { // no node yet: they queue
 		var c api.Claim
-		h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
+		h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
 			Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 6 * 1024, ComputePercent: 10, Mode: alloc.MPS,
 				Selector: "device.attributes['gpu.nvidia.com'].model == 'A100-40GB'"}}}}, 201, &c)
 		if c.State != api.Pending {

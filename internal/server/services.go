@@ -15,20 +15,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/state"
 )
 
-// PutServiceRequest is the body of PUT /v1/services/{name}.
-type PutServiceRequest struct {
-	// Tenant is required for admin tokens and must match a tenant token's.
-	Tenant string `json:"tenant,omitempty"`
-	// CreateTenant (admin tokens only) creates Tenant when it does not
-	// exist, with no quota, maxPriority 0 and no allowed commands, in the
-	// same transaction as the service: a compose file names its tenant
-	// (the plan's slug) and runs as written. An existing tenant is left as
-	// it is. A tenant token may not set it: its own tenant exists, and it
-	// may create none.
-	CreateTenant bool `json:"createTenant,omitempty"`
-	api.ServiceSpec
-}
-
 // ValidateServiceSpec checks a service's spec: the claim by the
 // allocator's own rules, the command, the autoscaling policy and metric.
 // The error names the field.
@@ -202,7 +188,7 @@ func (srv *Server) putService(w http.ResponseWriter, r *http.Request, p principa
 		writeError(w, errField("name", "service name %q: lowercase letters, digits, '.', '_' and '-', 1–63 characters", name))
 		return
 	}
-	var req PutServiceRequest
+	var req api.PutServiceRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
 		return

@@ -8,45 +8,22 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/slicemetrics"
 	"github.com/gpuslice/gpuslice/internal/state"
 )
 
-// sliceLabels are dcgm-exporter's label names, so a query can join these
-// series with DCGM_FI_* ones (on UUID, GPU_I_ID), plus the claim's tenant
-// and slice ("<claim>/<device index>"). pod, namespace and container are
-// empty: a gpuslice claim carries no Kubernetes identity yet.
-var sliceLabels = []string{"UUID", "gpu", "modelName", "Hostname", "GPU_I_PROFILE", "GPU_I_ID", "pod", "namespace", "container", "tenant", "slice"}
-
-// gpuLabels are the dcgm-exporter labels of a whole GPU.
-var gpuLabels = []string{"UUID", "gpu", "modelName", "Hostname"}
-
-var (
-	descSliceMemAlloc = prometheus.NewDesc("gpuslice_slice_memory_allocated_bytes",
-		"GPU memory promised to a claim on one device (a slice).", sliceLabels, nil)
-	descSliceMemLimit = prometheus.NewDesc("gpuslice_slice_memory_limit_bytes",
-		"The most GPU memory a slice's processes can hold: the MPS pinned-memory limit, the promise under memoryPolicy kill, else the device's memory (MIG instance or GPU).", sliceLabels, nil)
-	descSliceMemUsed = prometheus.NewDesc("gpuslice_slice_memory_used_bytes",
-		"GPU memory a slice's processes use, as its agent last reported.", sliceLabels, nil)
-	descSliceCompAlloc = prometheus.NewDesc("gpuslice_slice_compute_allocated_ratio",
-		"Compute promised to a slice, as a fraction of its whole GPU (a whole device for exclusive and MIG claims).", sliceLabels, nil)
-	descSliceCompLimit = prometheus.NewDesc("gpuslice_slice_compute_limit_ratio",
-		"The most compute a slice can use, as a fraction of its whole GPU: the MPS active-thread limit of its device, else the device (MIG instance or GPU).", sliceLabels, nil)
-	descSliceCompUsed = prometheus.NewDesc("gpuslice_slice_compute_used_ratio",
-		"SM activity of a slice's processes over the last heartbeat interval, as a fraction of its whole GPU (absent where nothing is sampled: A100 MIG instances).", sliceLabels, nil)
-	descGPUMemTotal = prometheus.NewDesc("gpuslice_gpu_memory_total_bytes",
-		"Memory of a GPU on a ready node, from the catalog.", gpuLabels, nil)
-)
+var descGPUMemTotal = prometheus.NewDesc("gpuslice_gpu_memory_total_bytes",
+	"Memory of a GPU on a ready node, from the catalog.", slicemetrics.GPULabels, nil)
 
 const mib = 1 << 20
 
-// sliceCollector exports per-slice allocated, limit and used figures, read
-// from the store at scrape time.
+// sliceCollector exports per-slice allocated, limit and used figures
+// (slicemetrics), read from the store at scrape time.
 type sliceCollector struct{ srv *Server }
 
 func (sliceCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSliceMemAlloc, descSliceMemLimit, descSliceMemUsed, descSliceCompAlloc, descSliceCompLimit, descSliceCompUsed, descGPUMemTotal} {
-		ch <- d
-	}
+	slicemetrics.Describe(ch)
+	ch <- descGPUMemTotal
 }
 
 type gpuInfo struct {
@@ -99,7 +76,6 @@ func (sc sliceCollector) Collect(ch chan<- prometheus.Metric) {
 			if id := gi.gis[d.Device]; id != nil {
 				giID = strconv.Itoa(*id)
 			}
-			lv := append(gpuLabelValues(gi), d.Profile, giID, "", "", "", c.Tenant, c.ID+"/"+strconv.Itoa(i))
 			devMiB, devCompute := deviceSize(gi.model, d.Profile)
 			memLimit := devMiB
 			compLimit := devCompute
@@ -118,32 +94,36 @@ func (sc sliceCollector) Collect(ch chan<- prometheus.Metric) {
 			if d.Mode == alloc.Exclusive || d.Mode == alloc.MIG {
 				compAlloc = devCompute
 			}
-			gauge := func(desc *prometheus.Desc, v float64) {
-				ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, lv...)
-			}
-			gauge(descSliceMemAlloc, float64(d.MemoryMiB*mib))
-			gauge(descSliceMemLimit, float64(memLimit*mib))
-			gauge(descSliceCompAlloc, compAlloc)
-			gauge(descSliceCompLimit, compLimit)
+			f := slicemetrics.Figures{MemoryAllocated: float64(d.MemoryMiB * mib), MemoryLimit: float64(memLimit * mib),
+				ComputeAllocated: compAlloc, ComputeLimit: compLimit}
 			if reported {
 				// The agent reports per claim; a claim on several devices
 				// is split equally among them.
-				gauge(descSliceMemUsed, float64(u.mib*mib)/float64(n))
+				mem := float64(u.mib*mib) / float64(n)
+				f.MemoryUsed = &mem
 				sampled := d.Profile == "" || (gi.model != nil && gi.model.HasGPM())
 				if u.hasSM && sampled {
-					gauge(descSliceCompUsed, u.smRatio/float64(n))
+					sm := u.smRatio / float64(n)
+					f.ComputeUsed = &sm
 				}
 			}
+			slicemetrics.Emit(ch, slicemetrics.Slice{UUID: gi.gpu.UUID, GPU: gi.gpu.Index, ModelName: modelName(gi), Hostname: gi.node,
+				Profile: d.Profile, GIID: giID, Tenant: c.Tenant, Claim: c.ID, Request: d.Request, Device: d.Device, Index: i}, f)
 		}
 	}
 }
 
-func gpuLabelValues(gi gpuInfo) []string {
-	name := gi.gpu.Model
+// modelName is a GPU's product name as NVIDIA's tools print it (its
+// catalog id when the catalog lacks the model).
+func modelName(gi gpuInfo) string {
 	if gi.model != nil && len(gi.model.ProductNames) > 0 {
-		name = gi.model.ProductNames[0]
+		return gi.model.ProductNames[0]
 	}
-	return []string{gi.gpu.UUID, strconv.Itoa(gi.gpu.Index), name, gi.node}
+	return gi.gpu.Model
+}
+
+func gpuLabelValues(gi gpuInfo) []string {
+	return []string{gi.gpu.UUID, strconv.Itoa(gi.gpu.Index), modelName(gi), gi.node}
 }
 
 // deviceSize is a device's memory (MiB) and compute (fraction of its GPU):

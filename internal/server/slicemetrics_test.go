@@ -20,7 +20,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
-	"github.com/gpuslice/gpuslice/internal/server"
+	"github.com/gpuslice/gpuslice/internal/slicemetrics"
 )
 
 // scrape parses /metrics with Prometheus' own text parser.
@@ -70,9 +70,9 @@ func TestSliceMetricsWithDCGMLabels(t *testing.T) {
 	acme := h.tenant("acme", 0)
 	ag, m := h.node("host-a", "mixed", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
 	var mig, mps api.Claim
-	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
+	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
 		Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: "3g.20gb"}}}}, 201, &mig)
-	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
+	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
 		Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MPS, MemoryMiB: 4000, ComputePercent: 30, Selector: "device.attributes['gpu.nvidia.com'].productName.contains('L4')"}}}}, 201, &mps)
 	if err := ag.Step(context.Background()); err != nil { // makes the MIG instance
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestSliceMetricsWithDCGMLabels(t *testing.T) {
 	}
 	h.pass(30*time.Second, ag) // simulated processes run; usage reaches the server
 	// A claim that waits, so the pending metric has a series.
-	h.must(acme, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{WaitForNodes: true,
+	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{WaitForNodes: true,
 		Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 500 * 1024, Mode: alloc.Exclusive}}}}, 201, nil)
 	h.must(acme, "GET", "/v1/claims/"+mig.ID, nil, 200, &mig)
 	h.must(acme, "GET", "/v1/claims/"+mps.ID, nil, 200, &mps)
@@ -114,11 +114,21 @@ func TestSliceMetricsWithDCGMLabels(t *testing.T) {
 		}
 	}
 	want := map[string]string{"UUID": d.GPU, "modelName": a100.ProductNames[0], "Hostname": "host-a", "GPU_I_PROFILE": "3g.20gb",
-		"GPU_I_ID": giID, "tenant": "acme", "slice": mig.ID + "/0"}
+		"GPU_I_ID": giID, "tenant": "acme", "slice": mig.ID + "/0", "claim": mig.ID, "request": d.Request, "device": d.Device}
 	for k, w := range want {
 		if l[k] != w || w == "" {
 			t.Errorf("MIG slice label %s=%q, want %q", k, l[k], w)
 		}
+	}
+	// The one label set the DRA driver's series carry too; the
+	// Kubernetes identity is empty here.
+	for _, k := range slicemetrics.Labels {
+		if _, ok := l[k]; !ok && k != "pod" && k != "namespace" && k != "container" {
+			t.Errorf("MIG slice has no label %s", k)
+		}
+	}
+	if len(l) > len(slicemetrics.Labels) {
+		t.Errorf("MIG slice labels %v, want at most %v", l, slicemetrics.Labels)
 	}
 	for _, g := range gpus {
 		if g.UUID == d.GPU && l["gpu"] != strconv.Itoa(g.Index) {

@@ -479,7 +479,7 @@ func TestWithdrawnCommandStopsTheTenantsService(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tok api.Token
-	if err := e.admin.Do(e.ctx, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: "default"}, &tok); err != nil {
+	if err := e.admin.Do(e.ctx, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "default"}, &tok); err != nil {
 		t.Fatal(err)
 	}
 	tenant, _ := client.New(e.url, tok.Secret, nil)

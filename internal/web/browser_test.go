@@ -15,7 +15,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
 // browserPath is Debian's chromium (scripts/chromium.sh installs it), or
@@ -197,7 +196,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	l.must(acme, "POST", "/v1/claims", migReq("3g.20gb"), 201, &a)
 	l.must(beta, "POST", "/v1/claims", migReq("2g.12gb"), 201, &b)
 	a, b = l.waitClaim(acme, a.ID, real), l.waitClaim(beta, b.ID, real)
-	big := server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{WaitForNodes: true,
+	big := api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{WaitForNodes: true,
 		Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 200 * 1024, Mode: alloc.Exclusive}}}}
 	l.must(beta, "POST", "/v1/claims", big, 201, &pend)
 	pend = l.waitClaim(beta, pend.ID, func(c api.Claim) bool { return c.State == api.Pending && c.Reason != "" })
@@ -326,7 +325,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		p.hash("#fleet?tenant=acme")
 		p.wait("acme's GPUs", `document.querySelector("#match").innerText.startsWith("Showing 1 of 4")`)
 		var c api.Claim
-		ts := server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 4096, ComputePercent: 30, Mode: alloc.TimeSlice}}}}
+		ts := api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 4096, ComputePercent: 30, Mode: alloc.TimeSlice}}}}
 		l.must(acme, "POST", "/v1/claims", ts, 201, &c)
 		q := `[...document.querySelectorAll('#gpu-table td.devs')].some(td => /time-sliced[^;]*: acme \d+% memory/.test(td.innerText))`
 		p.wait("the new claim", q)

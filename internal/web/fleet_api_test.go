@@ -13,12 +13,11 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
-	"github.com/gpuslice/gpuslice/internal/server"
 	"github.com/gpuslice/gpuslice/internal/web"
 )
 
-func migReq(profile string) server.CreateClaimRequest {
-	return server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: profile}}}}
+func migReq(profile string) api.CreateClaimRequest {
+	return api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: profile}}}}
 }
 
 func findDevice(f web.Fleet, pred func(web.FleetGPU, web.FleetDevice) bool) (web.FleetGPU, web.FleetDevice, bool) {
@@ -90,7 +89,7 @@ func TestFleetViewPlacementsAndScope(t *testing.T) {
 	}
 
 	// The dashboard: acme sees only itself.
-	var dash server.Dashboard
+	var dash web.Dashboard
 	l.must(acme, "GET", "/v1/dashboard", nil, 200, &dash)
 	if len(dash.Tenants) != 1 || dash.Tenants[0].Name != "acme" || dash.Tenants[0].Usage.Claims != 1 {
 		t.Errorf("acme's dashboard tenants: %+v", dash.Tenants)
@@ -168,7 +167,7 @@ func TestDashboardViewsKeepTenantsApart(t *testing.T) {
 	if cell := g.GPUs[1]; len(cell) < 16 || cell[13] != -1 {
 		t.Errorf("beta's A30 in acme's grid: %v, want one share of tenant -1", cell)
 	}
-	var gv server.GPUView
+	var gv web.GPUView
 	l.must(acme, "GET", "/v1/fleet/gpus/gpu-a/1", nil, 200, &gv)
 	if len(gv.Claims) != 0 || len(gv.GPU.Devices) == 0 {
 		t.Errorf("acme's page of beta's GPU: claims %v", gv.Claims)
@@ -262,7 +261,7 @@ func TestDashboardPagesAndBadParameters(t *testing.T) {
 		if cursor != "" {
 			path += "&after=" + cursor
 		}
-		var d server.Dashboard
+		var d web.Dashboard
 		l.must(l.admin, "GET", path, nil, 200, &d)
 		for _, tv := range d.Tenants {
 			all = append(all, tv.Name)

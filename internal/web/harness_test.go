@@ -81,7 +81,7 @@ func (l *live) tenant(name string, quotaMiB int64) string {
 	l.t.Helper()
 	l.must(l.admin, "PUT", "/v1/tenants/"+name, api.Tenant{MemoryMiB: quotaMiB}, 200, nil)
 	var tok api.Token
-	l.must(l.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: name}, 201, &tok)
+	l.must(l.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: name}, 201, &tok)
 	return tok.Secret
 }
 

@@ -16,7 +16,6 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
-	"github.com/gpuslice/gpuslice/internal/server"
 )
 
 // scaleNodes and scaleTenants are the fleet the scale tests draw: 1,000
@@ -305,7 +304,7 @@ func BenchmarkDashboard(b *testing.B) {
 			p.eval(`window.gpusliceStats.updates.length`, &before)
 			start := time.Now()
 			if k == 0 {
-				bl.must(tenant, "POST", "/v1/claims", server.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationNone,
+				bl.must(tenant, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationNone,
 					Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 2048, Mode: alloc.TimeSlice}}}}, 201, &c)
 			} else {
 				bl.must(tenant, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)

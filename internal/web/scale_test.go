@@ -242,14 +242,14 @@ func newBigLive(tb testing.TB, nodes, tenants int) *bigLive {
 		}
 		live = append(live, more...)
 	}
-	byNode := map[string][]server.UsageSample{}
+	byNode := map[string][]api.UsageSample{}
 	for i, c := range live {
 		d := c.Allocation.Devices[0]
-		byNode[d.Node] = append(byNode[d.Node], server.UsageSample{Claim: c.ID, GPUSeconds: 1, MemoryMiBSeconds: float64(d.MemoryMiB),
+		byNode[d.Node] = append(byNode[d.Node], api.UsageSample{Claim: c.ID, GPUSeconds: 1, MemoryMiBSeconds: float64(d.MemoryMiB),
 			MemoryMiB: d.MemoryMiB * int64(30+i%60) / 100})
 	}
 	for _, n := range nodesNow {
-		hb := server.HeartbeatRequest{Usage: byNode[n.Name]}
+		hb := api.HeartbeatRequest{Usage: byNode[n.Name]}
 		if n.Name == bf.sickNode {
 			inv := n.Inventory
 			inv.GPUs[bf.sickIndex].Healthy = false
@@ -266,6 +266,6 @@ func newBigLive(tb testing.TB, nodes, tenants int) *bigLive {
 func (l *live) tenantToken(name string) string {
 	l.t.Helper()
 	var tok api.Token
-	l.must(l.admin, "POST", "/v1/tokens", server.CreateTokenRequest{Role: api.RoleTenant, Tenant: name}, 201, &tok)
+	l.must(l.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: name}, 201, &tok)
 	return tok.Secret
 }

@@ -29,13 +29,14 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // Driver is the DRA driver name the slices are published under.
-const Driver = dradriver.DriverName
+const Driver = dranames.DriverName
 
 // InstanceTypeLabel is the label each slice carries with its instance type.
-const InstanceTypeLabel = dradriver.InstanceTypeLabel
+const InstanceTypeLabel = dranames.InstanceTypeLabel
 
 // ResourceSlices returns the resource.k8s.io/v1 ResourceSlices gpuslice's
 // driver will publish on a node of the named instance type (any case),

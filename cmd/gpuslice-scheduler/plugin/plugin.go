@@ -45,7 +45,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/admit"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/schedcore"
 )
 
@@ -167,7 +167,7 @@ func (p *Plugin) watch(ctx context.Context) error {
 			obj, deleted = t.Obj, true
 		}
 		s, ok := obj.(*resourceapi.ResourceSlice)
-		if !ok || s.Spec.Driver != dradriver.DriverName || s.Spec.NodeName == nil {
+		if !ok || s.Spec.Driver != dranames.DriverName || s.Spec.NodeName == nil {
 			return
 		}
 		if deleted {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // GroupLabel is the Node label a Cluster with a Group puts on its nodes
@@ -233,7 +234,7 @@ func (c *Cluster) Objects(p ClaimPod) (*resourceapi.ResourceClaim, *corev1.Pod, 
 		}
 		claim.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu"},
 			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-				Driver: dradriver.DriverName, Parameters: runtime.RawExtension{Raw: raw}}}}}
+				Driver: dranames.DriverName, Parameters: runtime.RawExtension{Raw: raw}}}}}
 	}
 	cn := p.Name
 	ctr := corev1.Container{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}

@@ -10,12 +10,12 @@ import (
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // classType is the device type each of gpuslice's DeviceClasses selects
 // (dradriver.DeviceClasses: device.driver and the type attribute).
-var classType = map[string]string{dradriver.ClassGPU: dradriver.TypeGPU, dradriver.ClassShared: dradriver.TypeShared, dradriver.ClassMIG: dradriver.TypeMIG}
+var classType = map[string]string{dranames.ClassGPU: dranames.TypeGPU, dranames.ClassShared: dranames.TypeShared, dranames.ClassMIG: dranames.TypeMIG}
 
 // expand is an allocationMode All alternative on node nd: as the stock
 // allocator reads it, every device of the node its class and selectors
@@ -61,12 +61,12 @@ func (a *alt) expand(nd *NodeDevices, tenant string) ([]alloc.Request, error) {
 		if d.Type != typ {
 			continue
 		}
-		if t := raw.Attributes[dradriver.AttrTenant].StringValue; d.Type == dradriver.TypeShared && t != nil && *t != tenant {
+		if d.Type == dranames.TypeShared && d.Tenant != "" && d.Tenant != tenant {
 			continue // another tenant's copy
 		}
 		ok := true
 		for i, p := range progs {
-			m, _, err := p.DeviceMatches(context.Background(), dracel.Device{Driver: dradriver.DriverName,
+			m, _, err := p.DeviceMatches(context.Background(), dracel.Device{Driver: dranames.DriverName,
 				AllowMultipleAllocations: raw.AllowMultipleAllocations, Attributes: raw.Attributes, Capacity: raw.Capacity})
 			if err != nil {
 				return nil, fmt.Errorf("selector %q on device %s of node %s: %w", a.selectors[i], name, nd.Node.Name, err)
@@ -79,7 +79,7 @@ func (a *alt) expand(nd *NodeDevices, tenant string) ([]alloc.Request, error) {
 		if !ok || !holds(raw, a.capacity) {
 			continue
 		}
-		if d.Type == dradriver.TypeShared {
+		if d.Type == dranames.TypeShared {
 			if sharedSeen[d.GPU] {
 				continue
 			}
@@ -105,7 +105,7 @@ func (a *alt) expand(nd *NodeDevices, tenant string) ([]alloc.Request, error) {
 		q := a.req
 		q.Name = fmt.Sprintf("%s#%d", a.ref, k)
 		q.Count = count[p]
-		if typ == dradriver.TypeMIG {
+		if typ == dranames.TypeMIG {
 			q.Profile, q.MemoryMiB = p.profile, 0
 			q.Selector = fmt.Sprintf("device.attributes[%q].parentUUID == %q && device.attributes[%q].profile == %q", allocDriver, p.gpu, allocDriver, p.profile)
 		} else {

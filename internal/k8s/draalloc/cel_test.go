@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // Selectors written for the stock allocator (NVIDIA's quickstart
@@ -17,12 +17,12 @@ func TestSelectorsUseKubernetesCELLibraries(t *testing.T) {
 		name, class, expr string
 		wantIndex         []int // GPU indexes the claims may land on (nil: any)
 	}{
-		{"gpu-test6", dradriver.ClassGPU, `device.attributes["gpu.gpuslice.dev"].productName.lowerAscii().matches("^.*a100.*$") &&
+		{"gpu-test6", dranames.ClassGPU, `device.attributes["gpu.gpuslice.dev"].productName.lowerAscii().matches("^.*a100.*$") &&
 (device.attributes["gpu.gpuslice.dev"].index == 0 || device.attributes["gpu.gpuslice.dev"].index == 2)`, []int{0, 2}},
-		{"quantity", dradriver.ClassShared, `device.capacity["gpu.gpuslice.dev"].memory.compareTo(quantity("10Gi")) >= 0`, nil},
-		{"upperAscii and find", dradriver.ClassGPU, `device.attributes["gpu.gpuslice.dev"].productName.upperAscii().find("A100") == "A100"`, nil},
-		{"semver", dradriver.ClassGPU, `semver("1.2.3").isLessThan(semver("1.10.0")) && isSemver("580.65.6")`, nil},
-		{"sets", dradriver.ClassGPU, `sets.contains([0, 1, 3], [device.attributes["gpu.gpuslice.dev"].index])`, []int{0, 1, 3}},
+		{"quantity", dranames.ClassShared, `device.capacity["gpu.gpuslice.dev"].memory.compareTo(quantity("10Gi")) >= 0`, nil},
+		{"upperAscii and find", dranames.ClassGPU, `device.attributes["gpu.gpuslice.dev"].productName.upperAscii().find("A100") == "A100"`, nil},
+		{"semver", dranames.ClassGPU, `semver("1.2.3").isLessThan(semver("1.10.0")) && isSemver("580.65.6")`, nil},
+		{"sets", dranames.ClassGPU, `sets.contains([0, 1, 3], [device.attributes["gpu.gpuslice.dev"].index])`, []int{0, 1, 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, failed, err := NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
@@ -60,7 +60,7 @@ func TestSelectorErrorsQuoteWhatTheUserWrote(t *testing.T) {
 		`device.attributes["gpu.gpuslice.dev"].productName.noSuchFunction()`,
 		`device.attributes["gpu.gpuslice.dev"].index ==`,
 	} {
-		_, err := ToClaim(claim("team-a", "bad", dradriver.ClassGPU, expr, ""), 0)
+		_, err := ToClaim(claim("team-a", "bad", dranames.ClassGPU, expr, ""), 0)
 		if err == nil {
 			t.Fatalf("%s: accepted", expr)
 		}

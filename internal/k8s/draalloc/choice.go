@@ -11,7 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // Claim is a ResourceClaim translated for the allocator, keeping what DRA
@@ -179,12 +179,12 @@ func Translate(rc *resourceapi.ResourceClaim, priority int) (*Claim, error) {
 		// As Kubernetes looks attributes up: domain/name, where the
 		// driver's own attributes are published under its domain.
 		domain, name, ok := strings.Cut(full, "/")
-		if !ok || domain != dradriver.DriverName || !slices.Contains(knownAttributes, name) {
+		if !ok || domain != dranames.DriverName || !slices.Contains(knownAttributes, name) {
 			return nil, fmt.Errorf("ResourceClaim %s: spec.devices.constraints[%d].%s %q: gpuslice devices have %s/<name> for name in %s",
-				c.Name, i, fld, full, dradriver.DriverName, strings.Join(knownAttributes, ", "))
+				c.Name, i, fld, full, dranames.DriverName, strings.Join(knownAttributes, ", "))
 		}
 		k := constraint{names: con.Requests, c: alloc.Constraint{Match: match, Attribute: name}}
-		if match == alloc.MatchAttribute && name == "parentUUID" {
+		if match == alloc.MatchAttribute && name == dranames.AttrParentUUID {
 			// one physical GPU: the allocator's fast path
 			k.c = alloc.Constraint{Match: "gpu"}
 		}
@@ -215,7 +215,7 @@ func translateOne(claim, field, reqName, sub, class string, selectors []resource
 	}
 	if !ourClass(class) {
 		return a, fmt.Errorf("ResourceClaim %s: %s.deviceClassName %q: a claim with gpuslice devices may only name %s, %s or %s",
-			claim, field, class, dradriver.ClassGPU, dradriver.ClassShared, dradriver.ClassMIG)
+			claim, field, class, dranames.ClassGPU, dranames.ClassShared, dranames.ClassMIG)
 	}
 	switch mode {
 	case "", resourceapi.DeviceAllocationModeExactCount:
@@ -233,27 +233,27 @@ func translateOne(claim, field, reqName, sub, class string, selectors []resource
 	req := alloc.Request{Name: a.ref, Count: int(max(count, 1))}
 	var sels []string
 	switch class {
-	case dradriver.ClassGPU:
+	case dranames.ClassGPU:
 		req.Mode = alloc.Exclusive
 		sels = append(sels, fmt.Sprintf("device.attributes[%q].type == %q", allocDriver, "gpu"))
-	case dradriver.ClassShared:
+	case dranames.ClassShared:
 		req.Mode = share
 		sels = append(sels, fmt.Sprintf("device.attributes[%q].type == %q", allocDriver, "gpu"))
-	case dradriver.ClassMIG:
+	case dranames.ClassMIG:
 		req.Mode = alloc.MIG
 	}
 	if capacity != nil {
 		for name, q := range capacity.Requests {
 			switch name {
-			case "memory":
+			case dranames.CapacityMemory:
 				mib := (q.Value() + 1<<20 - 1) >> 20
-				if class == dradriver.ClassShared {
+				if class == dranames.ClassShared {
 					mib = (mib + StepMiB - 1) / StepMiB * StepMiB
 				}
 				req.MemoryMiB = mib
-			case "compute":
-				if class != dradriver.ClassShared {
-					return a, fmt.Errorf("ResourceClaim %s: %s.capacity.requests.compute: compute is requested from %s devices only", claim, field, dradriver.ClassShared)
+			case dranames.CapacityCompute:
+				if class != dranames.ClassShared {
+					return a, fmt.Errorf("ResourceClaim %s: %s.capacity.requests.compute: compute is requested from %s devices only", claim, field, dranames.ClassShared)
 				}
 				req.ComputePercent = int(q.Value())
 			default:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // sub is a subrequest: name, class, selector ("" none), count (0: one).
@@ -64,7 +65,7 @@ func rcOf(ns, name string, reqs [][]sub, cons ...resourceapi.DeviceConstraint) *
 }
 
 func attrSel(name, op, value string) string {
-	return fmt.Sprintf("device.attributes[%q].%s %s %s", dradriver.DriverName, name, op, value)
+	return fmt.Sprintf("device.attributes[%q].%s %s %s", dranames.DriverName, name, op, value)
 }
 
 // decideOn translates rc and allocates it on nd's State s, applying it.
@@ -100,11 +101,11 @@ func requestsOf(a *alloc.Allocation) []string {
 func TestPrioritizedListTakesTheFirstSubrequestThatFits(t *testing.T) {
 	rc := rcOf("team-a", "docs", [][]sub{{
 		{name: "gpu"},
-		{name: "large", class: dradriver.ClassGPU, sel: attrSel("productName", "==", `"NVIDIA A100-SXM4-80GB"`)},
-		{name: "small", class: dradriver.ClassMIG, sel: attrSel("profile", "==", `"1g.5gb"`), count: 2},
+		{name: "large", class: dranames.ClassGPU, sel: attrSel("productName", "==", `"NVIDIA A100-SXM4-80GB"`)},
+		{name: "small", class: dranames.ClassMIG, sel: attrSel("profile", "==", `"1g.5gb"`), count: 2},
 	}})
 	rc.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu/small"},
-		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dradriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"kind":"small"}`)}}}}}
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dranames.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"kind":"small"}`)}}}}}
 	if _, err := ToClaim(rc, 0); err == nil || !strings.Contains(err.Error(), "requests[0].firstAvailable") {
 		t.Fatalf("ToClaim of a prioritized list: %v, want it refused naming the field", err)
 	}
@@ -151,9 +152,9 @@ func TestPrioritizedListTakesTheFirstSubrequestThatFits(t *testing.T) {
 func TestPrioritizedListBacktracksOverConstraints(t *testing.T) {
 	nd, _ := nodeDevices(t, "n1", "A100-40GB", 2)
 	mig := func(name, p string) sub {
-		return sub{name: name, class: dradriver.ClassMIG, sel: attrSel("profile", "==", `"`+p+`"`)}
+		return sub{name: name, class: dranames.ClassMIG, sel: attrSel("profile", "==", `"`+p+`"`)}
 	}
-	same := resourceapi.DeviceConstraint{MatchAttribute: attr(dradriver.DriverName + "/parentUUID")}
+	same := resourceapi.DeviceConstraint{MatchAttribute: attr(dranames.DriverName + "/parentUUID")}
 
 	s, _, _ := NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
 	a, err := decideOn(t, s, nd, rcOf("team-a", "c1", [][]sub{{mig("a", "4g.20gb")}, {{name: "b"}, mig("b1", "4g.20gb"), mig("b2", "3g.20gb")}}, same), nil)
@@ -165,8 +166,8 @@ func TestPrioritizedListBacktracksOverConstraints(t *testing.T) {
 	}
 
 	s, _, _ = NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
-	sameSub := resourceapi.DeviceConstraint{Requests: []string{"a", "b/b1"}, MatchAttribute: attr(dradriver.DriverName + "/parentUUID")}
-	a, err = decideOn(t, s, nd, rcOf("team-a", "c2", [][]sub{{mig("a", "4g.20gb")}, {{name: "b"}, mig("b1", "4g.20gb"), {name: "b2", class: dradriver.ClassGPU}}}, sameSub), nil)
+	sameSub := resourceapi.DeviceConstraint{Requests: []string{"a", "b/b1"}, MatchAttribute: attr(dranames.DriverName + "/parentUUID")}
+	a, err = decideOn(t, s, nd, rcOf("team-a", "c2", [][]sub{{mig("a", "4g.20gb")}, {{name: "b"}, mig("b1", "4g.20gb"), {name: "b2", class: dranames.ClassGPU}}}, sameSub), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestPrioritizedListBacktracksOverConstraints(t *testing.T) {
 		t.Fatalf("devices %+v, want a and the other whole GPU for b/b2 (the constraint names b/b1 only)", a.Devices)
 	}
 
-	if _, err := Translate(rcOf("team-a", "c3", [][]sub{{mig("a", "4g.20gb")}}, resourceapi.DeviceConstraint{Requests: []string{"a/x"}, MatchAttribute: attr(dradriver.DriverName + "/parentUUID")}), 0); err == nil ||
+	if _, err := Translate(rcOf("team-a", "c3", [][]sub{{mig("a", "4g.20gb")}}, resourceapi.DeviceConstraint{Requests: []string{"a/x"}, MatchAttribute: attr(dranames.DriverName + "/parentUUID")}), 0); err == nil ||
 		!strings.Contains(err.Error(), `"a/x"`) || !strings.Contains(err.Error(), "constraints[0].requests") {
 		t.Errorf("a constraint naming no subrequest: %v", err)
 	}
@@ -188,11 +189,11 @@ func TestPrioritizedListBacktracksOverConstraints(t *testing.T) {
 func TestPrioritizedListKeepsTenantIsolationAndQuota(t *testing.T) {
 	nd, _ := nodeDevices(t, "n1", "A100-40GB", 2)
 	s, _, _ := NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
-	if _, err := decideOn(t, s, nd, claim("team-b", "theirs", dradriver.ClassShared, attrSel("index", "==", "0"), "4Gi"), nil); err != nil {
+	if _, err := decideOn(t, s, nd, claim("team-b", "theirs", dranames.ClassShared, attrSel("index", "==", "0"), "4Gi"), nil); err != nil {
 		t.Fatal(err)
 	}
-	shared0 := sub{name: "share", class: dradriver.ClassShared, sel: attrSel("index", "==", "0")}
-	mig1g := sub{name: "mig", class: dradriver.ClassMIG, sel: attrSel("profile", "==", `"1g.5gb"`)}
+	shared0 := sub{name: "share", class: dranames.ClassShared, sel: attrSel("index", "==", "0")}
+	mig1g := sub{name: "mig", class: dranames.ClassMIG, sel: attrSel("profile", "==", `"1g.5gb"`)}
 	a, err := decideOn(t, s, nd, rcOf("team-a", "mine", [][]sub{{{name: "gpu"}, shared0, mig1g}}), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +202,7 @@ func TestPrioritizedListKeepsTenantIsolationAndQuota(t *testing.T) {
 		t.Fatalf("devices %+v, want gpu/mig on GPU 1", a.Devices)
 	}
 
-	whole0 := sub{name: "whole", class: dradriver.ClassGPU, sel: attrSel("index", "==", "0")}
+	whole0 := sub{name: "whole", class: dranames.ClassGPU, sel: attrSel("index", "==", "0")}
 	c, err := Translate(rcOf("team-a", "none", [][]sub{{{name: "gpu"}, shared0, whole0}}), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +225,7 @@ func TestPrioritizedListKeepsTenantIsolationAndQuota(t *testing.T) {
 		}
 		return ""
 	}
-	a, err = decideOn(t, s, nd, rcOf("team-a", "quota", [][]sub{{{name: "gpu"}, {name: "whole", class: dradriver.ClassGPU}, mig1g}}), quota)
+	a, err = decideOn(t, s, nd, rcOf("team-a", "quota", [][]sub{{{name: "gpu"}, {name: "whole", class: dranames.ClassGPU}, mig1g}}), quota)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func TestAllocationModeAll(t *testing.T) {
 	all := func(name, class, sel string) [][]sub {
 		return [][]sub{{{name: name, class: class, sel: sel, all: true}}}
 	}
-	if _, err := ToClaim(rcOf("team-a", "x", all("gpus", dradriver.ClassGPU, "")), 0); err == nil || !strings.Contains(err.Error(), "allocationMode") {
+	if _, err := ToClaim(rcOf("team-a", "x", all("gpus", dranames.ClassGPU, "")), 0); err == nil || !strings.Contains(err.Error(), "allocationMode") {
 		t.Fatalf("ToClaim of All: %v, want refused naming the field", err)
 	}
 	for _, tc := range []struct {
@@ -261,14 +262,14 @@ func TestAllocationModeAll(t *testing.T) {
 		want             int    // devices; 0: fails
 		wantErr          string // in the error
 	}{
-		{"every whole GPU", dradriver.ClassGPU, "", 4, ""},
-		{"whole GPUs of index < 2", dradriver.ClassGPU, attrSel("index", "<", "2"), 2, ""},
-		{"1g.5gb of GPU 3", dradriver.ClassMIG, attrSel("profile", "==", `"1g.5gb"`) + " && " + attrSel("index", "==", "3"), 7, ""},
-		{"every MIG placement", dradriver.ClassMIG, "", 0, "32"},
-		{"3g and 4g of GPU 0 overlap", dradriver.ClassMIG, attrSel("index", "==", "0") + ` && device.attributes["gpu.gpuslice.dev"].profile in ["3g.20gb", "4g.20gb"]`, 0,
+		{"every whole GPU", dranames.ClassGPU, "", 4, ""},
+		{"whole GPUs of index < 2", dranames.ClassGPU, attrSel("index", "<", "2"), 2, ""},
+		{"1g.5gb of GPU 3", dranames.ClassMIG, attrSel("profile", "==", `"1g.5gb"`) + " && " + attrSel("index", "==", "3"), 7, ""},
+		{"every MIG placement", dranames.ClassMIG, "", 0, "32"},
+		{"3g and 4g of GPU 0 overlap", dranames.ClassMIG, attrSel("index", "==", "0") + ` && device.attributes["gpu.gpuslice.dev"].profile in ["3g.20gb", "4g.20gb"]`, 0,
 			`gpus (allocationMode All) selector "device.attributes[\"gpu.gpuslice.dev\"].index == 0 && device.attributes[\"gpu.gpuslice.dev\"].profile in [\"3g.20gb\", \"4g.20gb\"]" matches 3 devices (2 × 3g.20gb, 1 × 4g.20gb) on node n1: they cannot all be allocated`},
-		{"a share of every GPU", dradriver.ClassShared, "", 4, ""},
-		{"no such GPU", dradriver.ClassGPU, attrSel("index", "==", "9"), 0, "no device of class gpu.gpuslice.dev on node n1 matches"},
+		{"a share of every GPU", dranames.ClassShared, "", 4, ""},
+		{"no such GPU", dranames.ClassGPU, attrSel("index", "==", "9"), 0, "no device of class gpu.gpuslice.dev on node n1 matches"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, err := decideOn(t, fresh(), nd, rcOf("team-a", "all", all("gpus", tc.class, tc.sel)), nil)
@@ -301,17 +302,17 @@ func TestAllocationModeAll(t *testing.T) {
 	// A GPU in use: every whole GPU fails; a share of every GPU joins
 	// the tenant's own share, and fails beside another tenant's.
 	s := fresh()
-	if _, err := decideOn(t, s, nd, claim("team-a", "one", dradriver.ClassShared, attrSel("index", "==", "1"), "4Gi"), nil); err != nil {
+	if _, err := decideOn(t, s, nd, claim("team-a", "one", dranames.ClassShared, attrSel("index", "==", "1"), "4Gi"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := decideOn(t, s, nd, rcOf("team-a", "whole", all("gpus", dradriver.ClassGPU, "")), nil); err == nil || !strings.Contains(err.Error(), "gpus") {
+	if _, err := decideOn(t, s, nd, rcOf("team-a", "whole", all("gpus", dranames.ClassGPU, "")), nil); err == nil || !strings.Contains(err.Error(), "gpus") {
 		t.Fatalf("All whole GPUs with one shared: %v, want a failure naming the request", err)
 	}
-	a, err := decideOn(t, s, nd, rcOf("team-a", "shares", all("gpus", dradriver.ClassShared, "")), nil)
+	a, err := decideOn(t, s, nd, rcOf("team-a", "shares", all("gpus", dranames.ClassShared, "")), nil)
 	if err != nil || len(a.Devices) != 4 {
 		t.Fatalf("All shares beside the tenant's own: %v %+v", err, a)
 	}
-	if _, err := decideOn(t, s, nd, rcOf("team-b", "shares", all("gpus", dradriver.ClassShared, "")), nil); err == nil || !strings.Contains(err.Error(), "cannot all be allocated") || strings.Contains(err.Error(), "#") {
+	if _, err := decideOn(t, s, nd, rcOf("team-b", "shares", all("gpus", dranames.ClassShared, "")), nil); err == nil || !strings.Contains(err.Error(), "cannot all be allocated") || strings.Contains(err.Error(), "#") {
 		t.Fatalf("All shares beside another tenant's: %v, want them refused (tenant isolation), naming the request as written", err)
 	}
 }
@@ -321,7 +322,7 @@ func TestAllocationModeAll(t *testing.T) {
 func TestPrioritizedListOfAll(t *testing.T) {
 	nd, _ := nodeDevices(t, "n1", "A100-40GB", 2)
 	s, _, _ := NewState([]*NodeDevices{nd}, nil, Policy("binpack"), nil)
-	rc := rcOf("team-a", "c", [][]sub{{{name: "gpu"}, {name: "every", class: dradriver.ClassGPU, all: true}, {name: "one", class: dradriver.ClassGPU}}})
+	rc := rcOf("team-a", "c", [][]sub{{{name: "gpu"}, {name: "every", class: dranames.ClassGPU, all: true}, {name: "one", class: dranames.ClassGPU}}})
 	c, err := Translate(rc, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +331,7 @@ func TestPrioritizedListOfAll(t *testing.T) {
 	if err != nil || !slices.Equal(requestsOf(a), []string{"gpu/every", "gpu/every"}) {
 		t.Fatalf("idle node: %v %+v", err, a)
 	}
-	if _, err := decideOn(t, s, nd, claim("team-b", "busy", dradriver.ClassGPU, "", ""), nil); err != nil {
+	if _, err := decideOn(t, s, nd, claim("team-b", "busy", dranames.ClassGPU, "", ""), nil); err != nil {
 		t.Fatal(err)
 	}
 	a, err = c.Allocate(s, nd, nil)
@@ -348,10 +349,10 @@ func TestPrioritizedListRefusals(t *testing.T) {
 		rc   *resourceapi.ResourceClaim
 		want string
 	}{
-		{rcOf("ns", "c", [][]sub{{{name: "gpu"}, {name: "a", class: dradriver.ClassGPU}, {name: "a", class: dradriver.ClassMIG}}}), "firstAvailable[1].name"},
-		{rcOf("ns", "c", [][]sub{{{name: "gpu"}, {name: "a", class: dradriver.ClassGPU}, {name: "b", class: "gpu.nvidia.com"}}}), "firstAvailable[1].deviceClassName"},
-		{rcOf("ns", "c", [][]sub{{{name: "gpu"}, {name: "a", class: dradriver.ClassGPU}, {name: "b", class: dradriver.ClassMIG, sel: attrSel("start", "==", "0")}}}), "firstAvailable[1].selectors[0]"},
-		{rcOf("ns", "c", [][]sub{{{name: "gpu"}, {name: "a", class: dradriver.ClassGPU, memory: "1Gi"}, {name: "b", class: dradriver.ClassMIG}}}), ""},
+		{rcOf("ns", "c", [][]sub{{{name: "gpu"}, {name: "a", class: dranames.ClassGPU}, {name: "a", class: dranames.ClassMIG}}}), "firstAvailable[1].name"},
+		{rcOf("ns", "c", [][]sub{{{name: "gpu"}, {name: "a", class: dranames.ClassGPU}, {name: "b", class: "gpu.nvidia.com"}}}), "firstAvailable[1].deviceClassName"},
+		{rcOf("ns", "c", [][]sub{{{name: "gpu"}, {name: "a", class: dranames.ClassGPU}, {name: "b", class: dranames.ClassMIG, sel: attrSel("start", "==", "0")}}}), "firstAvailable[1].selectors[0]"},
+		{rcOf("ns", "c", [][]sub{{{name: "gpu"}, {name: "a", class: dranames.ClassGPU, memory: "1Gi"}, {name: "b", class: dranames.ClassMIG}}}), ""},
 	} {
 		_, err := Translate(tc.rc, 0)
 		if tc.want == "" {
@@ -378,9 +379,9 @@ func FuzzTranslatePrioritizedList(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, req, s1, s2, sel string, count int64, all bool, con string) {
-		classes := []string{dradriver.ClassGPU, dradriver.ClassShared, dradriver.ClassMIG}
-		rc := rcOf("ns", "c", [][]sub{{{name: req}, {name: s1, class: classes[uint64(count)%3], sel: sel, count: count, all: all}, {name: s2, class: dradriver.ClassMIG, sel: sel}}},
-			resourceapi.DeviceConstraint{Requests: []string{con}, MatchAttribute: attr(dradriver.DriverName + "/parentUUID")})
+		classes := []string{dranames.ClassGPU, dranames.ClassShared, dranames.ClassMIG}
+		rc := rcOf("ns", "c", [][]sub{{{name: req}, {name: s1, class: classes[uint64(count)%3], sel: sel, count: count, all: all}, {name: s2, class: dranames.ClassMIG, sel: sel}}},
+			resourceapi.DeviceConstraint{Requests: []string{con}, MatchAttribute: attr(dranames.DriverName + "/parentUUID")})
 		c, err := Translate(rc, 0)
 		if err != nil {
 			return

@@ -10,7 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // Annotations a ResourceClaim may carry to reach allocator settings DRA
@@ -35,7 +35,8 @@ const allocDriver = "gpu.nvidia.com"
 // knownAttributes are the attributes both dradriver publishes and the
 // allocator's selectors can read; a request selector naming another
 // gpuslice attribute is refused rather than silently never matching.
-var knownAttributes = []string{"type", "uuid", "parentUUID", "model", "productName", "architecture", "index", "profile"}
+var knownAttributes = []string{dranames.AttrType, dranames.AttrUUID, dranames.AttrParentUUID, dranames.AttrModel,
+	dranames.AttrProductName, dranames.AttrArchitecture, dranames.AttrIndex, dranames.AttrProfile}
 
 // IsOurs reports whether a claim names any of gpuslice's DeviceClasses.
 func IsOurs(rc *resourceapi.ResourceClaim) bool {
@@ -53,7 +54,7 @@ func IsOurs(rc *resourceapi.ResourceClaim) bool {
 }
 
 func ourClass(name string) bool {
-	return name == dradriver.ClassGPU || name == dradriver.ClassShared || name == dradriver.ClassMIG
+	return name == dranames.ClassGPU || name == dranames.ClassShared || name == dranames.ClassMIG
 }
 
 // ClaimName is the allocator's name of a ResourceClaim: namespace/name.
@@ -119,7 +120,7 @@ func translate(expr string) (string, error) {
 	}
 	out := expr
 	for _, q := range []string{`"`, `'`} {
-		out = strings.ReplaceAll(out, q+dradriver.DriverName+q, q+allocDriver+q)
+		out = strings.ReplaceAll(out, q+dranames.DriverName+q, q+allocDriver+q)
 	}
 	attrs, caps, err := alloc.SelectorNames(out)
 	if err != nil {
@@ -131,8 +132,8 @@ func translate(expr string) (string, error) {
 		}
 	}
 	for _, c := range caps {
-		if c != "memory" {
-			return "", fmt.Errorf("capacity %q is not one gpuslice-scheduler can select on; use memory", c)
+		if c != dranames.CapacityMemory {
+			return "", fmt.Errorf("capacity %q is not one gpuslice-scheduler can select on; use %s", c, dranames.CapacityMemory)
 		}
 	}
 	if _, err := alloc.CompileSelector(out); err != nil {

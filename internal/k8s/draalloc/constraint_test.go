@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // multi is a claim of several one-device requests (name → class,
@@ -33,7 +33,7 @@ func attr(name string) *resourceapi.FullyQualifiedName {
 }
 
 func profile(p string) string {
-	return fmt.Sprintf("device.attributes[%q].profile == %q", dradriver.DriverName, p)
+	return fmt.Sprintf("device.attributes[%q].profile == %q", dranames.DriverName, p)
 }
 
 // NVIDIA's quickstart gpu-test4: four MIG requests, smallest first, that
@@ -50,11 +50,11 @@ func TestMatchAttributeParentUUIDAcrossFourMIGRequests(t *testing.T) {
 	used := map[string]bool{}
 	for i := range 4 {
 		rc := multi(fmt.Sprintf("mig-devices-%d", i), [][3]string{
-			{"mig-1g-5gb-0", dradriver.ClassMIG, profile("1g.5gb")},
-			{"mig-1g-5gb-1", dradriver.ClassMIG, profile("1g.5gb")},
-			{"mig-2g-10gb", dradriver.ClassMIG, profile("2g.10gb")},
-			{"mig-3g-20gb", dradriver.ClassMIG, profile("3g.20gb")},
-		}, resourceapi.DeviceConstraint{MatchAttribute: attr(dradriver.DriverName + "/parentUUID")})
+			{"mig-1g-5gb-0", dranames.ClassMIG, profile("1g.5gb")},
+			{"mig-1g-5gb-1", dranames.ClassMIG, profile("1g.5gb")},
+			{"mig-2g-10gb", dranames.ClassMIG, profile("2g.10gb")},
+			{"mig-3g-20gb", dranames.ClassMIG, profile("3g.20gb")},
+		}, resourceapi.DeviceConstraint{MatchAttribute: attr(dranames.DriverName + "/parentUUID")})
 		c, err := ToClaim(rc, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -89,8 +89,8 @@ func TestDistinctAttributeAcrossTwoGPURequests(t *testing.T) {
 	if err != nil || len(failed) > 0 {
 		t.Fatal(err, failed)
 	}
-	reqs := [][3]string{{"a", dradriver.ClassGPU, ""}, {"b", dradriver.ClassGPU, ""}}
-	c, err := ToClaim(multi("two", reqs, resourceapi.DeviceConstraint{DistinctAttribute: attr(dradriver.DriverName + "/index")}), 0)
+	reqs := [][3]string{{"a", dranames.ClassGPU, ""}, {"b", dranames.ClassGPU, ""}}
+	c, err := ToClaim(multi("two", reqs, resourceapi.DeviceConstraint{DistinctAttribute: attr(dranames.DriverName + "/index")}), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestDistinctAttributeAcrossTwoGPURequests(t *testing.T) {
 		t.Fatalf("devices %+v", a.Devices)
 	}
 	// Impossible: two devices whose product names differ on a node of one model.
-	c, err = ToClaim(multi("impossible", reqs, resourceapi.DeviceConstraint{DistinctAttribute: attr(dradriver.DriverName + "/productName")}), 0)
+	c, err = ToClaim(multi("impossible", reqs, resourceapi.DeviceConstraint{DistinctAttribute: attr(dranames.DriverName + "/productName")}), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +114,8 @@ func TestDistinctAttributeAcrossTwoGPURequests(t *testing.T) {
 // matchAttribute on another attribute (model) and on an unknown or
 // foreign attribute.
 func TestMatchAttributeOtherAttributes(t *testing.T) {
-	reqs := [][3]string{{"a", dradriver.ClassMIG, profile("1g.5gb")}, {"b", dradriver.ClassMIG, profile("2g.10gb")}}
-	c, err := ToClaim(multi("m", reqs, resourceapi.DeviceConstraint{Requests: []string{"a", "b"}, MatchAttribute: attr(dradriver.DriverName + "/model")}), 0)
+	reqs := [][3]string{{"a", dranames.ClassMIG, profile("1g.5gb")}, {"b", dranames.ClassMIG, profile("2g.10gb")}}
+	c, err := ToClaim(multi("m", reqs, resourceapi.DeviceConstraint{Requests: []string{"a", "b"}, MatchAttribute: attr(dranames.DriverName + "/model")}), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestMatchAttributeOtherAttributes(t *testing.T) {
 	if _, err := s.Allocate(&c); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []string{"gpu.nvidia.com/parentUUID", dradriver.DriverName + "/noSuch"} {
+	for _, a := range []string{"gpu.nvidia.com/parentUUID", dranames.DriverName + "/noSuch"} {
 		if _, err := ToClaim(multi("m", reqs, resourceapi.DeviceConstraint{MatchAttribute: attr(a)}), 0); err == nil || !strings.Contains(err.Error(), a) {
 			t.Errorf("matchAttribute %s: %v, want refused naming it", a, err)
 		}

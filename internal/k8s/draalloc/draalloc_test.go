@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 func nodeDevices(t *testing.T, name, model string, gpus int) (*NodeDevices, []*resourceapi.ResourceSlice) {
@@ -61,9 +62,9 @@ func TestRoundTripThroughAllocationResults(t *testing.T) {
 		t.Fatal(err, failed)
 	}
 	claims := []*resourceapi.ResourceClaim{
-		claim("team-a", "share", dradriver.ClassShared, "", "4000Mi"),
-		claim("team-b", "share", dradriver.ClassShared, "", "4Gi"),
-		claim("team-a", "mig", dradriver.ClassMIG, `device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, ""),
+		claim("team-a", "share", dranames.ClassShared, "", "4000Mi"),
+		claim("team-b", "share", dranames.ClassShared, "", "4Gi"),
+		claim("team-a", "mig", dranames.ClassMIG, `device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, ""),
 	}
 	results := map[string]*resourceapi.AllocationResult{}
 	for _, rc := range claims {
@@ -125,7 +126,7 @@ func TestRoundTripThroughAllocationResults(t *testing.T) {
 
 // What the allocator cannot do yet is refused with the field named.
 func TestToClaimRefusesWhatItCannotDo(t *testing.T) {
-	start := claim("ns", "c", dradriver.ClassMIG, `device.attributes["gpu.gpuslice.dev"].start == 0`, "")
+	start := claim("ns", "c", dranames.ClassMIG, `device.attributes["gpu.gpuslice.dev"].start == 0`, "")
 	if _, err := ToClaim(start, 0); err == nil || !strings.Contains(err.Error(), `attribute "start"`) || !strings.Contains(err.Error(), "selectors[0]") {
 		t.Fatalf("selector on start: %v", err)
 	}
@@ -133,12 +134,12 @@ func TestToClaimRefusesWhatItCannotDo(t *testing.T) {
 	if _, err := ToClaim(mixed, 0); err == nil || !strings.Contains(err.Error(), "deviceClassName") {
 		t.Fatalf("another driver's class: %v", err)
 	}
-	iso := claim("ns", "c", dradriver.ClassGPU, "", "")
+	iso := claim("ns", "c", dranames.ClassGPU, "", "")
 	iso.Annotations = map[string]string{AnnotationIsolation: "tenants"}
 	if _, err := ToClaim(iso, 0); err == nil || !strings.Contains(err.Error(), AnnotationIsolation) {
 		t.Fatalf("bad isolation: %v", err)
 	}
-	ok := claim("ns", "c", dradriver.ClassShared, `device.attributes["gpu.gpuslice.dev"].model == "L4"`, "")
+	ok := claim("ns", "c", dranames.ClassShared, `device.attributes["gpu.gpuslice.dev"].model == "L4"`, "")
 	c, err := ToClaim(ok, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +177,7 @@ func TestTenantCopiesOfSharedGPUs(t *testing.T) {
 	}
 	snap := &Snapshot{Nodes: []*NodeDevices{nd}}
 	for _, ns := range []string{"team-a", "team-b", "team-a"} {
-		rc := claim(ns, fmt.Sprintf("share-%d", len(snap.Allocs)), dradriver.ClassShared, "", "4Gi")
+		rc := claim(ns, fmt.Sprintf("share-%d", len(snap.Allocs)), dranames.ClassShared, "", "4Gi")
 		c, err := ToClaim(rc, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -193,7 +194,7 @@ func TestTenantCopiesOfSharedGPUs(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := res.Devices.Results[0].Device
-		if want := dradriver.SharedDeviceName(nd.Devices[got].Index, ns); got != want {
+		if want := dranames.SharedDeviceName(nd.Devices[got].Index, ns); got != want {
 			t.Fatalf("%s's share on %s, want its copy %s", ns, got, want)
 		}
 		back, ok, err := FromResult(rc, res, nd, nil)
@@ -205,7 +206,7 @@ func TestTenantCopiesOfSharedGPUs(t *testing.T) {
 	if err := snap.Check(Policy("binpack"), nil); err != nil {
 		t.Fatal(err)
 	}
-	rc := claim("team-c", "share", dradriver.ClassShared, "", "4Gi")
+	rc := claim("team-c", "share", dranames.ClassShared, "", "4Gi")
 	c, _ := ToClaim(rc, 0)
 	a, err := s.Allocate(&c)
 	if err != nil {

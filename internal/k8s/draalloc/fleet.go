@@ -11,13 +11,14 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/mig"
 )
 
 // Device is one device of a node's slices as the allocator sees it.
 type Device struct {
 	Name string
-	// Type is dradriver.TypeGPU, TypeShared or TypeMIG.
+	// Type is dranames.TypeGPU, TypeShared or TypeMIG.
 	Type string
 	// GPU is the parent GPU's uuid, Index its index on the node.
 	GPU   string
@@ -25,6 +26,8 @@ type Device struct {
 	// Profile and Start place a MIG device.
 	Profile string
 	Start   int
+	// Tenant is the tenant a shared GPU's copy is for ("" on others).
+	Tenant string
 }
 
 // NodeDevices is one node's GPUs as published in its ResourceSlices.
@@ -60,7 +63,7 @@ func NodeFromSlices(node string, labels map[string]string, slices []*resourceapi
 	gen := int64(-1)
 	var mine []*resourceapi.ResourceSlice
 	for _, s := range slices {
-		if s.Spec.Driver != dradriver.DriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != node {
+		if s.Spec.Driver != dranames.DriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != node {
 			continue
 		}
 		mine = append(mine, s)
@@ -74,36 +77,13 @@ func NodeFromSlices(node string, labels map[string]string, slices []*resourceapi
 		}
 		for i := range s.Spec.Devices {
 			d := &s.Spec.Devices[i]
-			at := func(name string) resourceapi.DeviceAttribute {
-				return d.Attributes[resourceapi.QualifiedName(name)]
+			read, err := dradriver.ReadDevice(d)
+			if err != nil {
+				return nil, fmt.Errorf("ResourceSlice %s: %w", s.Name, err)
 			}
-			str := func(name string) string {
-				if v := at(name).StringValue; v != nil {
-					return *v
-				}
-				return ""
-			}
-			typ := str("type")
-			dev := Device{Name: d.Name, Type: typ}
-			if v := at("index").IntValue; v != nil {
-				dev.Index = int(*v)
-			}
-			switch typ {
-			case dradriver.TypeGPU, dradriver.TypeShared:
-				dev.GPU = str("uuid")
-			case dradriver.TypeMIG:
-				dev.GPU, dev.Profile = str("parentUUID"), str("profile")
-				if v := at("start").IntValue; v != nil {
-					dev.Start = int(*v)
-				}
-			default:
-				return nil, fmt.Errorf("ResourceSlice %s device %s: attribute type %q; want %s, %s or %s",
-					s.Name, d.Name, typ, dradriver.TypeGPU, dradriver.TypeShared, dradriver.TypeMIG)
-			}
-			if dev.GPU == "" {
-				return nil, fmt.Errorf("ResourceSlice %s device %s: no GPU uuid (attribute uuid or parentUUID)", s.Name, d.Name)
-			}
-			model := str("model")
+			typ := read.Type
+			dev := Device{Name: d.Name, Type: typ, GPU: read.GPU, Index: read.Index, Profile: read.Profile, Start: read.Start, Tenant: read.Tenant}
+			model := read.Model
 			if !known[model] {
 				// once per model: the catalog hands out copies
 				if _, err := cat.GPU(model); err != nil {
@@ -119,7 +99,7 @@ func NodeFromSlices(node string, labels map[string]string, slices []*resourceapi
 				return nil, fmt.Errorf("ResourceSlice %s device %s: GPU %s is model %s here and %s on another device", s.Name, d.Name, dev.GPU, model, g.Model)
 			}
 			key := deviceKey(typ, dev.GPU, dev.Profile, dev.Start)
-			if t := str(dradriver.AttrTenant); typ == dradriver.TypeShared && t != "" {
+			if t := read.Tenant; t != "" {
 				// A tenant's copy of the shared GPU (dra-driver
 				// --tenant-isolation): one per tenant.
 				key += "/" + t
@@ -172,7 +152,7 @@ func shapeOf(nd *NodeDevices) string {
 }
 
 func deviceKey(typ, gpu, profile string, start int) string {
-	if typ == dradriver.TypeMIG {
+	if typ == dranames.TypeMIG {
 		return fmt.Sprintf("mig/%s/%s@%d", gpu, profile, start)
 	}
 	return typ + "/" + gpu
@@ -192,22 +172,22 @@ func Policy(placement string) alloc.Policy {
 // allocator enforces isolation itself, and the kubelet plugin refuses two
 // tenants' copies of one GPU), else on the untainted shared device.
 func (nd *NodeDevices) deviceName(a *alloc.Assigned, tenant string) (string, error) {
-	typ := dradriver.TypeMIG
+	typ := dranames.TypeMIG
 	switch {
 	case a.Profile != "":
 	case a.Mode == alloc.TimeSlice || a.Mode == alloc.MPS:
-		typ = dradriver.TypeShared
+		typ = dranames.TypeShared
 	default:
-		typ = dradriver.TypeGPU
+		typ = dranames.TypeGPU
 	}
 	key := deviceKey(typ, a.GPU, a.Profile, a.Start)
 	name, ok := nd.byKey[key]
-	if typ == dradriver.TypeShared {
+	if typ == dranames.TypeShared {
 		if copyName, found := nd.byKey[key+"/"+tenant]; found {
 			name, ok = copyName, true
 		}
 	}
-	if !ok && typ == dradriver.TypeShared {
+	if !ok && typ == dranames.TypeShared {
 		return "", fmt.Errorf("node %s publishes no shared device for GPU %s of tenant %q (start dra-driver with --tenants or --watch-namespaces for it)", nd.Node.Name, a.GPU, tenant)
 	}
 	if !ok {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // ToResult is the status.allocation that records a on node nd for the
@@ -36,13 +36,13 @@ func ToResult(a *alloc.Allocation, nd *NodeDevices, rc *resourceapi.ResourceClai
 		if err != nil {
 			return nil, fmt.Errorf("claim %s: %w", a.Claim, err)
 		}
-		r := resourceapi.DeviceRequestAllocationResult{Request: d.Request, Driver: dradriver.DriverName, Pool: nd.Node.Name, Device: name}
-		if nd.Devices[name].Type == dradriver.TypeShared {
+		r := resourceapi.DeviceRequestAllocationResult{Request: d.Request, Driver: dranames.DriverName, Pool: nd.Node.Name, Device: name}
+		if nd.Devices[name].Type == dranames.TypeShared {
 			id := shareID(rc.UID, d.Request, k)
 			r.ShareID = &id
 			r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{
-				"memory":  *resource.NewQuantity(d.MemoryMiB<<20, resource.BinarySI),
-				"compute": *resource.NewQuantity(int64(d.ComputePercent), resource.DecimalSI),
+				dranames.CapacityMemory:  *resource.NewQuantity(d.MemoryMiB<<20, resource.BinarySI),
+				dranames.CapacityCompute: *resource.NewQuantity(int64(d.ComputePercent), resource.DecimalSI),
 			}
 		}
 		out.Devices.Results = append(out.Devices.Results, r)
@@ -153,7 +153,7 @@ func FromResult(rc *resourceapi.ResourceClaim, res *resourceapi.AllocationResult
 		models[g.UUID] = g.Model
 	}
 	for _, r := range res.Devices.Results {
-		if r.Driver != dradriver.DriverName {
+		if r.Driver != dranames.DriverName {
 			continue
 		}
 		if r.Pool != nd.Node.Name {
@@ -165,17 +165,17 @@ func FromResult(rc *resourceapi.ResourceClaim, res *resourceapi.AllocationResult
 		}
 		as := alloc.Assigned{Request: r.Request, Node: nd.Node.Name, GPU: dev.GPU, Device: dev.GPU}
 		switch dev.Type {
-		case dradriver.TypeGPU:
+		case dranames.TypeGPU:
 			as.Mode, as.MemoryMiB, as.ComputePercent = alloc.Exclusive, modelMemory(cat, models[dev.GPU]), 100
-		case dradriver.TypeShared:
+		case dranames.TypeShared:
 			as.Mode = share
-			if q, ok := r.ConsumedCapacity["memory"]; ok {
+			if q, ok := r.ConsumedCapacity[dranames.CapacityMemory]; ok {
 				as.MemoryMiB = q.Value() >> 20
 			}
-			if q, ok := r.ConsumedCapacity["compute"]; ok {
+			if q, ok := r.ConsumedCapacity[dranames.CapacityCompute]; ok {
 				as.ComputePercent = int(q.Value())
 			}
-		case dradriver.TypeMIG:
+		case dranames.TypeMIG:
 			mem, err := profileMemory(cat, models[dev.GPU], dev.Profile)
 			if err != nil {
 				return nil, false, fmt.Errorf("claim %s device %s: %w", a.Claim, r.Device, err)

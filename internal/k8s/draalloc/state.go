@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // NewState builds the allocator's state over nodes holding allocs (read
@@ -134,7 +134,7 @@ func AllocatedNode(res *resourceapi.AllocationResult) string {
 	// same way; a result without one is read from its pool (gpuslice's
 	// pools are named after the node).
 	for _, r := range res.Devices.Results {
-		if r.Driver == dradriver.DriverName {
+		if r.Driver == dranames.DriverName {
 			return r.Pool
 		}
 	}
@@ -150,7 +150,7 @@ func HoldsOurs(res *resourceapi.AllocationResult) bool {
 		return false
 	}
 	for _, r := range res.Devices.Results {
-		if r.Driver == dradriver.DriverName {
+		if r.Driver == dranames.DriverName {
 			return true
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // upstreamFeatures are the features the stock scheduler runs gpuslice's
@@ -92,12 +93,12 @@ func randomSub(r *rand.Rand, name string, models []string) sub {
 	var conds []string
 	switch r.IntN(3) {
 	case 0:
-		s.class = dradriver.ClassGPU
+		s.class = dranames.ClassGPU
 	case 1:
-		s.class = dradriver.ClassShared
+		s.class = dranames.ClassShared
 		s.count = 1 // at most one MPS device; a share per GPU for All
 	default:
-		s.class = dradriver.ClassMIG
+		s.class = dranames.ClassMIG
 		p := []string{"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", "1g.6gb", "2g.12gb", "4g.24gb"}[r.IntN(8)]
 		conds = append(conds, attrSel("profile", "==", `"`+p+`"`))
 	}
@@ -195,7 +196,7 @@ func TestAgainstUpstreamAllocator(t *testing.T) {
 		}
 		var cons []resourceapi.DeviceConstraint
 		if len(reqs) > 1 && r.IntN(3) == 0 {
-			cons = append(cons, resourceapi.DeviceConstraint{MatchAttribute: attr(dradriver.DriverName + "/parentUUID")})
+			cons = append(cons, resourceapi.DeviceConstraint{MatchAttribute: attr(dranames.DriverName + "/parentUUID")})
 		}
 		rc := rcOf("team-a", "claim", reqs, cons...)
 		lists := 0

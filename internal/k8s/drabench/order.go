@@ -21,6 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // This file measures what issue #12 asks of the slices gpuslice's DRA
@@ -154,7 +155,7 @@ func CompareOrder(mix OrderMix, nodes, claims int, seed uint64) (OrderResult, er
 		whole := make([]*resourceapi.ResourceClaim, len(rcs))
 		for i, rc := range rcs {
 			w := rc.DeepCopy()
-			w.Spec.Devices.Requests[0].Exactly.DeviceClassName = dradriver.ClassGPU
+			w.Spec.Devices.Requests[0].Exactly.DeviceClassName = dranames.ClassGPU
 			w.Spec.Devices.Requests[0].Exactly.Capacity = nil
 			whole[i] = w
 		}
@@ -214,7 +215,7 @@ func orderClaims(mix OrderMix, n int, seed uint64) (claims []*resourceapi.Resour
 			k++
 		}
 		name := fmt.Sprintf("claim-%d", i)
-		req := resourceapi.ExactDeviceRequest{DeviceClassName: dradriver.ClassMIG,
+		req := resourceapi.ExactDeviceRequest{DeviceClassName: dranames.ClassMIG,
 			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
 		cel := func(expr string) []resourceapi.DeviceSelector {
 			return []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}}
@@ -222,17 +223,17 @@ func orderClaims(mix OrderMix, n int, seed uint64) (claims []*resourceapi.Resour
 		switch {
 		case len(mix.SharesGiB) > 0:
 			sizes[name] = float64(mix.SharesGiB[k])
-			req.DeviceClassName = dradriver.ClassShared
+			req.DeviceClassName = dranames.ClassShared
 			req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-				"memory": *resource.NewQuantity(int64(mix.SharesGiB[k])<<30, resource.BinarySI)}}
+				dranames.CapacityMemory: *resource.NewQuantity(int64(mix.SharesGiB[k])<<30, resource.BinarySI)}}
 		case len(mix.MIGMemoryGiB) > 0:
 			sizes[name] = float64(mix.MIGMemoryGiB[k])
-			req.Selectors = cel(fmt.Sprintf("device.capacity[%q].memory.compareTo(quantity(%q)) >= 0", dradriver.DriverName, fmt.Sprintf("%dGi", mix.MIGMemoryGiB[k])))
+			req.Selectors = cel(fmt.Sprintf("device.capacity[%q].memory.compareTo(quantity(%q)) >= 0", dranames.DriverName, fmt.Sprintf("%dGi", mix.MIGMemoryGiB[k])))
 		default:
 			var g, gb float64
 			fmt.Sscanf(mix.Profiles[k], "%fg.%fgb", &g, &gb)
 			sizes[name] = g*1000 + gb
-			req.Selectors = cel(fmt.Sprintf("device.attributes[%q].profile == %q", dradriver.DriverName, mix.Profiles[k]))
+			req.Selectors = cel(fmt.Sprintf("device.attributes[%q].profile == %q", dranames.DriverName, mix.Profiles[k]))
 		}
 		claims = append(claims, &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench", UID: types.UID("uid-" + name)},
@@ -285,18 +286,18 @@ type migSortKey struct {
 }
 
 func migKey(d resourceapi.Device) migSortKey {
-	t := d.Attributes["type"].StringValue
-	if t == nil || *t != dradriver.TypeMIG {
+	t := d.Attributes[dranames.AttrType].StringValue
+	if t == nil || *t != dranames.TypeMIG {
 		return migSortKey{}
 	}
 	k := migSortKey{mig: true}
-	if p := d.Attributes["profile"].StringValue; p != nil {
+	if p := d.Attributes[dranames.AttrProfile].StringValue; p != nil {
 		k.profile = *p
 	}
-	if s := d.Attributes["start"].IntValue; s != nil {
+	if s := d.Attributes[dranames.AttrStart].IntValue; s != nil {
 		k.start = *s
 	}
-	if m, ok := d.Capacity["memory"]; ok {
+	if m, ok := d.Capacity[dranames.CapacityMemory]; ok {
 		k.mem = m.Value.Value()
 	}
 	return k

@@ -6,10 +6,9 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
-)
 
-// DriverName is the driver whose opaque configs this package decodes.
-const DriverName = "gpu.gpuslice.dev"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
+)
 
 // applies says whether a config listing requests applies to request
 // (a subrequest "req/sub" is configured by "req" too; no list: every
@@ -38,7 +37,7 @@ func ForRequest(configs []resourceapi.DeviceAllocationConfiguration, request, fi
 func Pick(configs []resourceapi.DeviceAllocationConfiguration, request string) int {
 	pick := -1
 	for i, c := range configs {
-		if c.Opaque != nil && c.Opaque.Driver == DriverName && applies(c.Requests, request) {
+		if c.Opaque != nil && c.Opaque.Driver == dranames.DriverName && applies(c.Requests, request) {
 			pick = i
 		}
 	}
@@ -80,7 +79,7 @@ func CheckClaimSpec(spec *resourceapi.ResourceClaimSpec, field string, classOf f
 		}
 	}
 	for i, c := range spec.Devices.Config {
-		if c.Opaque == nil || c.Opaque.Driver != DriverName {
+		if c.Opaque == nil || c.Opaque.Driver != dranames.DriverName {
 			continue
 		}
 		f := fmt.Sprintf("%s.devices.config[%d]", field, i)

@@ -12,13 +12,12 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
-// The kinds Decode accepts.
+// The kinds Decode accepts beside gpuslice's own (dranames.SliceAPIVersion,
+// dranames.SliceKind).
 const (
-	// SliceAPIVersion and SliceKind name gpuslice's own config.
-	SliceAPIVersion = "gpu.gpuslice.dev/v1alpha1"
-	SliceKind       = "SliceConfig"
 	// GpuConfigKind and MigDeviceConfigKind are NVIDIA's, under either
 	// of NVIDIAAPIVersions.
 	GpuConfigKind       = "GpuConfig"
@@ -126,7 +125,7 @@ func Decode(field string, parameters []byte) (Sharing, error) {
 		return Sharing{}, fmt.Errorf("%s: not a JSON object with apiVersion and kind: %v", field, err)
 	}
 	switch {
-	case tm.APIVersion == SliceAPIVersion && tm.Kind == SliceKind:
+	case tm.APIVersion == dranames.SliceAPIVersion && tm.Kind == dranames.SliceKind:
 		var c sliceConfig
 		if err := strict(field, parameters, &c); err != nil {
 			return Sharing{}, err
@@ -140,10 +139,10 @@ func Decode(field string, parameters []byte) (Sharing, error) {
 		return c.sharing(field)
 	case tm.APIVersion == "" || tm.Kind == "":
 		return Sharing{}, fmt.Errorf("%s: apiVersion and kind are required: valid are %s %s, or %s / %s of %s",
-			field, SliceAPIVersion, SliceKind, GpuConfigKind, MigDeviceConfigKind, strings.Join(NVIDIAAPIVersions, " or "))
+			field, dranames.SliceAPIVersion, dranames.SliceKind, GpuConfigKind, MigDeviceConfigKind, strings.Join(NVIDIAAPIVersions, " or "))
 	}
 	return Sharing{}, fmt.Errorf("%s: apiVersion %q kind %q: valid are %s %s, or %s / %s of %s",
-		field, tm.APIVersion, tm.Kind, SliceAPIVersion, SliceKind, GpuConfigKind, MigDeviceConfigKind, strings.Join(NVIDIAAPIVersions, " or "))
+		field, tm.APIVersion, tm.Kind, dranames.SliceAPIVersion, dranames.SliceKind, GpuConfigKind, MigDeviceConfigKind, strings.Join(NVIDIAAPIVersions, " or "))
 }
 
 func (c nvidiaConfig) sharing(field string) (Sharing, error) {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 const f = "spec.devices.config[0].opaque.parameters"
@@ -117,10 +118,10 @@ func TestForRequestOrder(t *testing.T) {
 	ts := `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`
 	mps := `{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"MPS"}}`
 	configs := []resourceapi.DeviceAllocationConfiguration{
-		opaque(DriverName, ts),         // class-wide, first
-		opaque(DriverName, mps, "gpu"), // the claim's, for request gpu
+		opaque(dranames.DriverName, ts),         // class-wide, first
+		opaque(dranames.DriverName, mps, "gpu"), // the claim's, for request gpu
 		opaque("gpu.nvidia.com", `{"anything":1}`),
-		opaque(DriverName, `not json`, "other"),
+		opaque(dranames.DriverName, `not json`, "other"),
 	}
 	sh, err := ForRequest(configs, "gpu", "status.allocation.devices.config")
 	if err != nil || sh.Mode != alloc.MPS {
@@ -154,11 +155,11 @@ func TestCheckClaimSpec(t *testing.T) {
 			{Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "mig.gpuslice.dev"}},
 		},
 		Config: []resourceapi.DeviceClaimConfiguration{
-			{Requests: []string{"share"}, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: DriverName,
+			{Requests: []string{"share"}, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dranames.DriverName,
 				Parameters: raw(`{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"exclusive"}`)}}},
-			{Requests: []string{"nope"}, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: DriverName,
+			{Requests: []string{"nope"}, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dranames.DriverName,
 				Parameters: raw(`{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig"}`)}}},
-			{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: DriverName,
+			{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dranames.DriverName,
 				Parameters: raw(`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"Fair"}}`)}}},
 			{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "other.example.com",
 				Parameters: raw(`garbage`)}}},

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // cluster is a real kube-apiserver and the stock kube-scheduler with
@@ -143,19 +144,19 @@ func TestStockSchedulerAllocatesValidMIGLayouts(t *testing.T) {
 	c.addNode("dgx", "A100-40GB", 8)
 	c.addNode("one", "A100-40GB", 1)
 	onOne := `device.attributes["gpu.gpuslice.dev"].parentUUID == "GPU-one-0"`
-	c.claimPod("small-first", dradriver.ClassMIG, onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "3g.20gb"`, "")
+	c.claimPod("small-first", dranames.ClassMIG, onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "3g.20gb"`, "")
 	if d := c.device("small-first"); d != "gpu-0-mig-3g-20gb-at-4" {
 		t.Fatalf("3g.20gb got %q, want the placement at slice 4", d)
 	}
-	c.claimPod("big", dradriver.ClassMIG, onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "4g.20gb"`, "")
+	c.claimPod("big", dranames.ClassMIG, onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "4g.20gb"`, "")
 	if d := c.device("big"); d != "gpu-0-mig-4g-20gb-at-0" {
 		t.Fatalf("4g.20gb got %q", d)
 	}
-	c.claimPod("no-compute-left", dradriver.ClassMIG, onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
+	c.claimPod("no-compute-left", dranames.ClassMIG, onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
 	if d := c.device("no-compute-left"); d != "" {
 		t.Fatalf("1g.5gb beside 4g+3g got %q; the GPU has no compute slice left", d)
 	}
-	c.claimPod("whole", dradriver.ClassGPU, `device.attributes["gpu.gpuslice.dev"].uuid == "GPU-one-0"`, "")
+	c.claimPod("whole", dranames.ClassGPU, `device.attributes["gpu.gpuslice.dev"].uuid == "GPU-one-0"`, "")
 	if d := c.device("whole"); d != "" {
 		t.Fatalf("the whole GPU was allocated beside MIG instances: %q", d)
 	}
@@ -166,7 +167,7 @@ func TestStockSchedulerAllocatesValidMIGLayouts(t *testing.T) {
 	starts := map[string]bool{}
 	for i := range 8 {
 		name := fmt.Sprintf("tiny-%d", i)
-		c.claimPod(name, dradriver.ClassMIG, onDGX+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
+		c.claimPod(name, dranames.ClassMIG, onDGX+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
 		d := c.device(name)
 		if i == 7 {
 			if d != "" {
@@ -192,7 +193,7 @@ func TestStockSchedulerSharesAGPUByMemory(t *testing.T) {
 	var got []string
 	for _, m := range []string{"4Gi", "8Gi", "10Gi"} {
 		name := "share-" + strings.ToLower(m)
-		c.claimPod(name, dradriver.ClassShared, "", m)
+		c.claimPod(name, dranames.ClassShared, "", m)
 		d := c.device(name)
 		if d == "" {
 			t.Fatalf("%s of shared memory was refused", m)
@@ -211,11 +212,11 @@ func TestStockSchedulerSharesAGPUByMemory(t *testing.T) {
 	if used := r.ConsumedCapacity["memory"]; r.ShareID == nil || used.Cmp(resource.MustParse("8Gi")) != 0 {
 		t.Fatalf("share-8gi allocation %+v: want a share id and 8Gi consumed", r)
 	}
-	c.claimPod("too-big", dradriver.ClassShared, "", "4Gi")
+	c.claimPod("too-big", dranames.ClassShared, "", "4Gi")
 	if d := c.device("too-big"); d != "" {
 		t.Fatalf("4Gi more than the L4 has left was allocated on %q", d)
 	}
-	c.claimPod("exclusive", dradriver.ClassGPU, "", "")
+	c.claimPod("exclusive", dranames.ClassGPU, "", "")
 	if d := c.device("exclusive"); d != "" {
 		t.Fatalf("the whole GPU was allocated while shared: %q", d)
 	}
@@ -232,7 +233,7 @@ func TestLegacyGPUPodsAreServedByTheWholeGPUClass(t *testing.T) {
 	pod := func(name string) {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"}, Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
-				Limits: corev1.ResourceList{dradriver.LegacyGPUResource: resource.MustParse("2")}}}}}}
+				Limits: corev1.ResourceList{dranames.LegacyGPUResource: resource.MustParse("2")}}}}}}
 		if _, err := c.cs.CoreV1().Pods("team-a").Create(c.ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -321,25 +322,25 @@ func TestStockSchedulerOnInstanceTypeTemplates(t *testing.T) {
 	on40 := `device.attributes["gpu.gpuslice.dev"].model == "A100-40GB"`
 	for i := range 4 {
 		name := fmt.Sprintf("share-%d", i)
-		c.claimPod(name, dradriver.ClassShared, on40, "4Gi")
+		c.claimPod(name, dranames.ClassShared, on40, "4Gi")
 		if d := c.device(name); d != "gpu-0-shared" {
 			t.Fatalf("%s got %q, want gpu-0-shared", name, d)
 		}
 	}
-	c.claimPod("mig-beside-shares", dradriver.ClassMIG, on40+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
+	c.claimPod("mig-beside-shares", dranames.ClassMIG, on40+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`, "")
 	if d := c.device("mig-beside-shares"); d != "" {
 		t.Fatalf("a MIG instance was allocated beside shares: %q", d)
 	}
-	c.claimPod("whole-beside-shares", dradriver.ClassGPU, on40, "")
+	c.claimPod("whole-beside-shares", dranames.ClassGPU, on40, "")
 	if d := c.device("whole-beside-shares"); d != "" {
 		t.Fatalf("the whole GPU was allocated beside shares: %q", d)
 	}
 	on80 := `device.attributes["gpu.gpuslice.dev"].model == "A100-80GB"`
-	c.claimPod("mig-80", dradriver.ClassMIG, on80+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.10gb"`, "")
+	c.claimPod("mig-80", dranames.ClassMIG, on80+` && device.attributes["gpu.gpuslice.dev"].profile == "1g.10gb"`, "")
 	if d := c.device("mig-80"); !strings.Contains(d, "-mig-1g-10gb-at-") {
 		t.Fatalf("mig-80 got %q, want a 1g.10gb placement", d)
 	}
-	c.claimPod("share-beside-mig", dradriver.ClassShared, on80, "4Gi")
+	c.claimPod("share-beside-mig", dranames.ClassShared, on80, "4Gi")
 	if d := c.device("share-beside-mig"); d != "" {
 		t.Fatalf("a share was allocated beside a MIG instance: %q", d)
 	}

@@ -8,6 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/mig"
 )
 
@@ -41,7 +42,7 @@ func gpuSets(t *testing.T, geo *mig.Geometry, set resourceapi.CounterSet, devs [
 				continue
 			}
 			next, nextOther := occ, other
-			if *d.Attributes["type"].StringValue == TypeMIG {
+			if *d.Attributes["type"].StringValue == dranames.TypeMIG {
 				p, err := geo.Profile(*d.Attributes["profile"].StringValue)
 				if err != nil {
 					t.Fatal(err)
@@ -145,7 +146,7 @@ func TestCountersAllowExactlyTheValidSets(t *testing.T) {
 					}
 					migs := 0
 					for _, d := range devs {
-						if *d.Attributes["type"].StringValue == TypeMIG {
+						if *d.Attributes["type"].StringValue == dranames.TypeMIG {
 							migs++
 							if !publish(*d.Attributes["profile"].StringValue) {
 								t.Fatalf("%s published, profiles %v", d.Name, profiles)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/mig"
 )
 
@@ -84,14 +85,14 @@ func newStockFirstFit(t *testing.T, model string, reorder func([]resourceapi.Dev
 		s.classes[c.Name] = &c
 	}
 	for _, sh := range geo.Shapes {
-		name := "claim-" + dnsPart(sh.Name)
+		name := "claim-" + dranames.ProfileLabel(sh.Name)
 		s.claims = append(s.claims, &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "t", UID: types.UID(name)},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: ClassMIG,
+				Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dranames.ClassMIG,
 					AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
 					Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-						Expression: fmt.Sprintf("device.attributes[%q].profile == %q", DriverName, sh.Name)}}}}}}}},
+						Expression: fmt.Sprintf("device.attributes[%q].profile == %q", dranames.DriverName, sh.Name)}}}}}}}},
 		})
 	}
 	return s
@@ -195,7 +196,7 @@ func (s *stockFirstFit) served(checkOrder bool) (smallFirst, all int) {
 			if srt {
 				smallFirst++
 			}
-			id := structured.MakeDeviceID(DriverName, "n", dev)
+			id := structured.MakeDeviceID(dranames.DriverName, "n", dev)
 			allocated.Insert(id)
 			counts[p]++
 			rec(g.Add(o, p, st), srt, p)

@@ -12,13 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
-
-// TaintKey is the key of the device taint an unhealthy GPU's devices
-// carry. Its value is the XID ("79"), "lost" for a GPU that fell off the
-// bus, or "unhealthy" for a GPU the device layer listed unhealthy when the
-// driver started.
-const TaintKey = DriverName + "/unhealthy"
 
 // Taint values other than an XID number.
 const (
@@ -265,13 +260,13 @@ func TaintSlices(in []resourceapi.ResourceSlice, h Health) []resourceapi.Resourc
 			d := &out[i].Spec.Devices[j]
 			// Health taints are replaced; the slices' own (a tenant's
 			// copy of a shared GPU) stay, a fault's taint beside them.
-			d.Taints = slices.DeleteFunc(d.Taints, func(t resourceapi.DeviceTaint) bool { return t.Key == TaintKey })
+			d.Taints = slices.DeleteFunc(d.Taints, func(t resourceapi.DeviceTaint) bool { return t.Key == dranames.TaintKey })
 			if len(d.Taints) == 0 {
 				d.Taints = nil
 			}
 			if f, ok := h.faultOf(*d); ok {
 				t := metav1.NewTime(f.Time.Truncate(time.Second))
-				d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: TaintKey, Value: f.Value, Effect: f.Effect, TimeAdded: &t})
+				d.Taints = append(d.Taints, resourceapi.DeviceTaint{Key: dranames.TaintKey, Value: f.Value, Effect: f.Effect, TimeAdded: &t})
 			}
 		}
 	}
@@ -280,25 +275,11 @@ func TaintSlices(in []resourceapi.ResourceSlice, h Health) []resourceapi.Resourc
 
 // faultOf is the worst fault that applies to a device.
 func (h Health) faultOf(d resourceapi.Device) (Fault, bool) {
-	str := func(name string) string {
-		if v := d.Attributes[resourceapi.QualifiedName(name)].StringValue; v != nil {
-			return *v
-		}
-		return ""
-	}
-	var gpuUUID, profile string
-	start := -1
-	switch str("type") {
-	case TypeGPU, TypeShared:
-		gpuUUID = str("uuid")
-	case TypeMIG:
-		gpuUUID, profile = str("parentUUID"), str("profile")
-		if v := d.Attributes["start"].IntValue; v != nil {
-			start = int(*v)
-		}
-	default:
+	dev, err := ReadDevice(&d)
+	if err != nil {
 		return Fault{}, false
 	}
+	gpuUUID, profile, start := dev.GPU, dev.Profile, dev.Start
 	var best Fault
 	found := false
 	consider := func(f Fault, ok bool) {
@@ -355,7 +336,7 @@ func StatusOf(f Fault, faulted, watching bool) (DeviceStatus, string) {
 		}
 		return StatusHealthy, ""
 	}
-	taint := fmt.Sprintf("tainted %s=%s:%s", TaintKey, f.Value, f.Effect)
+	taint := fmt.Sprintf("tainted %s=%s:%s", dranames.TaintKey, f.Value, f.Effect)
 	var what string
 	switch f.Value {
 	case ValueLost:

@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 var t0 = time.Date(2026, 11, 26, 23, 0, 0, 0, time.UTC)
@@ -159,7 +160,7 @@ func TestTaintSlices(t *testing.T) {
 				t.Fatalf("device %s: taints %+v, want one", d.Name, d.Taints)
 			}
 			tt := d.Taints[0]
-			if tt.Key != TaintKey || tt.TimeAdded == nil {
+			if tt.Key != dranames.TaintKey || tt.TimeAdded == nil {
 				t.Fatalf("device %s: taint %+v", d.Name, tt)
 			}
 			counted[tt.Value+":"+string(tt.Effect)]++
@@ -237,7 +238,7 @@ func TestDeviceHealthsFollowTheTaints(t *testing.T) {
 		case ok && tt.Effect == resourceapi.DeviceTaintEffectNoExecute:
 			want = StatusUnhealthy
 		}
-		if dh.Status != want || ok != (dh.Message != "") || (ok && !strings.Contains(dh.Message, TaintKey+"="+tt.Value+":"+string(tt.Effect))) {
+		if dh.Status != want || ok != (dh.Message != "") || (ok && !strings.Contains(dh.Message, dranames.TaintKey+"="+tt.Value+":"+string(tt.Effect))) {
 			t.Errorf("%s (taint %+v): %s %q, want %s", dh.Device, tt, dh.Status, dh.Message, want)
 		}
 	}

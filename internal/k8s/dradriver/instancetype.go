@@ -10,15 +10,12 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
-
-// InstanceTypeLabel labels the slices InstanceTypeSlices returns with the
-// instance type they are for, so a stream of several types can be split.
-const InstanceTypeLabel = "gpuslice.dev/instance-type"
 
 // runtimeAttributes are the attributes whose values exist only once the
 // node runs (a GPU's UUID): InstanceTypeSlices leaves them out.
-var runtimeAttributes = []resourceapi.QualifiedName{"uuid", "parentUUID"}
+var runtimeAttributes = []resourceapi.QualifiedName{dranames.AttrUUID, dranames.AttrParentUUID}
 
 // InstanceTypeSlices is what gpuslice's driver will publish on a node of a
 // catalog instance type, before that node exists: Slices of the instance
@@ -64,7 +61,7 @@ func InstanceTypeSlices(instanceType, node string, cat *catalog.Catalog) ([]reso
 		}
 	}
 	for i := range out {
-		out[i].Labels[InstanceTypeLabel] = it.Name
+		out[i].Labels[dranames.InstanceTypeLabel] = it.Name
 		for j := range out[i].Spec.SharedCounters {
 			scaleCounters(out[i].Spec.SharedCounters[j].Counters, k)
 		}

@@ -8,6 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // A future node's slices are the driver's slices of the instance type's
@@ -37,8 +38,8 @@ func TestInstanceTypeSlicesAreTheDriversSlices(t *testing.T) {
 			t.Fatalf("%s: %d slices, the driver publishes %d", it.Name, len(got), len(want))
 		}
 		for i := range got {
-			if got[i].Labels[InstanceTypeLabel] != it.Name {
-				t.Errorf("%s slice %d labelled %q", it.Name, i, got[i].Labels[InstanceTypeLabel])
+			if got[i].Labels[dranames.InstanceTypeLabel] != it.Name {
+				t.Errorf("%s slice %d labelled %q", it.Name, i, got[i].Labels[dranames.InstanceTypeLabel])
 			}
 			if got[i].Spec.Pool.Name != nodeName(it.Name) {
 				t.Errorf("%s: pool %q", it.Name, got[i].Spec.Pool.Name)
@@ -72,7 +73,7 @@ func TestInstanceTypeSlicesAreTheDriversSlices(t *testing.T) {
 			for j := range want[i].Spec.Devices {
 				want[i].Spec.Devices[j].ConsumesCounters = got[i].Spec.Devices[j].ConsumesCounters
 			}
-			delete(got[i].Labels, InstanceTypeLabel)
+			delete(got[i].Labels, dranames.InstanceTypeLabel)
 			if !reflect.DeepEqual(got[i].Spec, want[i].Spec) {
 				t.Errorf("%s slice %d differs from the driver's", it.Name, i)
 			}

@@ -12,17 +12,8 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/mig"
-)
-
-// DriverName is the DRA driver name gpuslice publishes its devices under.
-const DriverName = "gpu.gpuslice.dev"
-
-// Device types, the value of the "type" attribute.
-const (
-	TypeGPU    = "gpu"    // a whole GPU, exclusive (MIG off)
-	TypeShared = "shared" // a whole GPU shared by several claims (time-slicing or MPS), by memory
-	TypeMIG    = "mig"    // a MIG instance: a profile at a start
 )
 
 // Limits of resource.k8s.io/v1 a slice must keep (the API server
@@ -46,12 +37,7 @@ const (
 )
 
 func counterSlice(i int) string      { return fmt.Sprintf("memory-slice-%d", i) }
-func counterProfile(p string) string { return "count-" + dnsPart(p) }
-
-// dnsPart makes a profile name a DNS label part: 1g.5gb+me → 1g-5gb-me.
-func dnsPart(s string) string {
-	return strings.NewReplacer(".", "-", "+", "-").Replace(s)
-}
+func counterProfile(p string) string { return "count-" + dranames.ProfileLabel(p) }
 
 // Slices is the ResourceSlices gpuslice publishes for one node: one slice
 // of devices per GPU (a MIG-capable GPU has up to a few dozen: every
@@ -121,7 +107,9 @@ func SlicesFor(node alloc.Node, gen int64, driverVersion string, cat *catalog.Ca
 		}
 		devs, set := gpuDevices(g, model, geo, driverVersion, opts.MIGProfiles)
 		if opts.TenantIsolation {
-			i := slices.IndexFunc(devs, func(d resourceapi.Device) bool { return *d.Attributes["type"].StringValue == TypeShared })
+			i := slices.IndexFunc(devs, func(d resourceapi.Device) bool {
+				return *d.Attributes[dranames.AttrType].StringValue == dranames.TypeShared
+			})
 			mine := tenantCopies(devs[i], g.Index, tenants)
 			devs = slices.Delete(devs, i, i+1)
 			// As many copies as the GPU's slice has room for go first in
@@ -151,9 +139,9 @@ func SlicesFor(node alloc.Node, gen int64, driverVersion string, cat *catalog.Ca
 	}
 	for i := range out {
 		s := &out[i]
-		s.ObjectMeta = metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", node.Name, strings.ReplaceAll(DriverName, ".", "-"), i),
-			Labels: map[string]string{"gpuslice.dev/node": node.Name}}
-		s.Spec.Driver = DriverName
+		s.ObjectMeta = metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", node.Name, strings.ReplaceAll(dranames.DriverName, ".", "-"), i),
+			Labels: map[string]string{dranames.NodeLabel: node.Name}}
+		s.Spec.Driver = dranames.DriverName
 		name := node.Name
 		s.Spec.NodeName = &name
 		s.Spec.Pool = resourceapi.ResourcePool{Name: node.Name, Generation: gen, ResourceSliceCount: int64(len(out))}
@@ -167,21 +155,21 @@ func SlicesFor(node alloc.Node, gen int64, driverVersion string, cat *catalog.Ca
 // left out, and so are their counters where no published profile needs
 // them).
 func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersion string, profiles []string) ([]resourceapi.Device, *resourceapi.CounterSet) {
-	base := fmt.Sprintf("gpu-%d", g.Index)
+	base := dranames.DeviceName{Type: dranames.TypeGPU, Index: g.Index}.String()
 	common := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		"index":        intAttr(int64(g.Index)),
-		"productName":  strAttr(productName(model)),
-		"architecture": strAttr(model.Arch),
-		"model":        strAttr(model.ID),
+		dranames.AttrIndex:        intAttr(int64(g.Index)),
+		dranames.AttrProductName:  strAttr(productName(model)),
+		dranames.AttrArchitecture: strAttr(model.Arch),
+		dranames.AttrModel:        strAttr(model.ID),
 	}
 	if v, ok := semver(model.ComputeCapability); ok {
-		common["cudaComputeCapability"] = resourceapi.DeviceAttribute{VersionValue: &v}
+		common[dranames.AttrCUDAComputeCapability] = resourceapi.DeviceAttribute{VersionValue: &v}
 	}
 	if v, ok := semver(driverVersion); ok {
-		common["driverVersion"] = resourceapi.DeviceAttribute{VersionValue: &v}
+		common[dranames.AttrDriverVersion] = resourceapi.DeviceAttribute{VersionValue: &v}
 	}
 	attrs := func(typ string, extra map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
-		m := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"type": strAttr(typ)}
+		m := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{dranames.AttrType: strAttr(typ)}
 		for k, v := range common {
 			m[k] = v
 		}
@@ -191,19 +179,19 @@ func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersio
 		return m
 	}
 	mem := mib(model.MemoryMiB)
-	whole := resourceapi.Device{Name: base, Attributes: attrs(TypeGPU, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"uuid": strAttr(g.UUID)}),
-		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: mem}}}
+	whole := resourceapi.Device{Name: base, Attributes: attrs(dranames.TypeGPU, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{dranames.AttrUUID: strAttr(g.UUID)}),
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{dranames.CapacityMemory: {Value: mem}}}
 	yes := true
 	step, minShare, def := mib(shareStepMiB), mib(shareStepMiB), mib(model.MemoryMiB/16)
 	def = roundUp(def, 256)
-	shared := resourceapi.Device{Name: base + "-shared", AllowMultipleAllocations: &yes,
-		Attributes: attrs(TypeShared, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"uuid": strAttr(g.UUID)}),
+	shared := resourceapi.Device{Name: dranames.DeviceName{Type: dranames.TypeShared, Index: g.Index}.String(), AllowMultipleAllocations: &yes,
+		Attributes: attrs(dranames.TypeShared, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{dranames.AttrUUID: strAttr(g.UUID)}),
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			// A claim asks for memory (default 1/16 of the GPU, as in serve)
 			// and compute in percent of the GPU (default 0: best effort).
-			"memory": {Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: &def,
+			dranames.CapacityMemory: {Value: mem, RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: &def,
 				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &minShare, Max: &mem, Step: &step}}},
-			"compute": {Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptrQ(resource.MustParse("0")),
+			dranames.CapacityCompute: {Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: ptrQ(resource.MustParse("0")),
 				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptrQ(resource.MustParse("0")), Max: ptrQ(resource.MustParse("100"))}}},
 		}}
 	if geo == nil {
@@ -267,13 +255,13 @@ func gpuDevices(g alloc.GPU, model *catalog.GPU, geo *mig.Geometry, driverVersio
 	for _, p := range ps {
 		use := counters(p.use)
 		devs = append(devs, resourceapi.Device{
-			Name: fmt.Sprintf("%s-mig-%s-at-%d", base, dnsPart(p.shape.Name), p.start),
-			Attributes: attrs(TypeMIG, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"profile":    strAttr(p.shape.Name),
-				"start":      intAttr(int64(p.start)),
-				"parentUUID": strAttr(g.UUID),
+			Name: dranames.DeviceName{Type: dranames.TypeMIG, Index: g.Index, Profile: p.shape.Name, Start: p.start}.String(),
+			Attributes: attrs(dranames.TypeMIG, map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				dranames.AttrProfile:    strAttr(p.shape.Name),
+				dranames.AttrStart:      intAttr(int64(p.start)),
+				dranames.AttrParentUUID: strAttr(g.UUID),
 			}),
-			Capacity:         map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: mib(p.shape.MemoryMiB)}},
+			Capacity:         map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{dranames.CapacityMemory: {Value: mib(p.shape.MemoryMiB)}},
 			ConsumesCounters: []resourceapi.DeviceCounterConsumption{{CounterSet: base, Counters: use}},
 		})
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/mig"
 )
 
@@ -69,7 +70,7 @@ func TestCountersAllowExactlyTheValidLayouts(t *testing.T) {
 				}
 				var want bool
 				typ := *d.Attributes["type"].StringValue
-				if typ == TypeMIG {
+				if typ == dranames.TypeMIG {
 					p, _ := geo.Profile(*d.Attributes["profile"].StringValue)
 					want = !wholeTaken && geo.CanAdd(occ, p, int(*d.Attributes["start"].IntValue))
 					if want {
@@ -154,9 +155,9 @@ func TestWithMIGBindingConditions(t *testing.T) {
 			if sl[i].Spec.Devices[j].BindingConditions != nil {
 				t.Fatal("the input slices were changed")
 			}
-			isMIG := *d.Attributes["type"].StringValue == TypeMIG
-			has := len(d.BindingConditions) == 1 && d.BindingConditions[0] == ConditionMIGReady &&
-				len(d.BindingFailureConditions) == 1 && d.BindingFailureConditions[0] == ConditionMIGFailed &&
+			isMIG := *d.Attributes["type"].StringValue == dranames.TypeMIG
+			has := len(d.BindingConditions) == 1 && d.BindingConditions[0] == dranames.ConditionMIGReady &&
+				len(d.BindingFailureConditions) == 1 && d.BindingFailureConditions[0] == dranames.ConditionMIGFailed &&
 				d.BindsToNode != nil && *d.BindsToNode
 			if isMIG != has {
 				t.Fatalf("device %s: MIG %v, binding conditions %v %v %v", d.Name, isMIG, d.BindingConditions, d.BindingFailureConditions, d.BindsToNode)
@@ -191,7 +192,7 @@ func TestTenantCopies(t *testing.T) {
 			sharedUse := map[string][]resourceapi.DeviceCounterConsumption{}
 			for _, s := range plain {
 				for _, d := range s.Spec.Devices {
-					if *d.Attributes["type"].StringValue == TypeShared {
+					if *d.Attributes["type"].StringValue == dranames.TypeShared {
 						sharedUse[*d.Attributes["uuid"].StringValue] = d.ConsumesCounters
 					}
 				}
@@ -211,18 +212,18 @@ func TestTenantCopies(t *testing.T) {
 						t.Fatalf("device name %q", d.Name)
 					}
 					names[d.Name] = true
-					if *d.Attributes["type"].StringValue != TypeShared {
+					if *d.Attributes["type"].StringValue != dranames.TypeShared {
 						if len(d.Taints) > 0 {
 							t.Fatalf("%s is tainted", d.Name)
 						}
 						continue
 					}
-					tn, uuid := d.Attributes[AttrTenant].StringValue, *d.Attributes["uuid"].StringValue
+					tn, uuid := d.Attributes[dranames.AttrTenant].StringValue, *d.Attributes["uuid"].StringValue
 					if tn == nil {
 						t.Fatalf("%s: an untainted shared device beside the tenants' copies", d.Name)
 					}
-					want := resourceapi.DeviceTaint{Key: TenantKey, Value: *tn, Effect: resourceapi.DeviceTaintEffectNoSchedule}
-					if len(d.Taints) != 1 || d.Taints[0] != want || d.Name != SharedDeviceName(int(*d.Attributes["index"].IntValue), *tn) {
+					want := resourceapi.DeviceTaint{Key: dranames.TenantKey, Value: *tn, Effect: resourceapi.DeviceTaintEffectNoSchedule}
+					if len(d.Taints) != 1 || d.Taints[0] != want || d.Name != dranames.SharedDeviceName(int(*d.Attributes["index"].IntValue), *tn) {
 						t.Fatalf("%s: taints %+v, want %+v", d.Name, d.Taints, want)
 					}
 					if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
@@ -254,7 +255,7 @@ func TestTenantCopies(t *testing.T) {
 	}
 	for _, s := range out {
 		for _, d := range s.Spec.Devices {
-			if *d.Attributes["type"].StringValue == TypeShared {
+			if *d.Attributes["type"].StringValue == dranames.TypeShared {
 				t.Fatalf("shared device %s without tenants", d.Name)
 			}
 		}
@@ -307,7 +308,7 @@ func TestTenantsOf(t *testing.T) {
 	ns := func(name, label string) *corev1.Namespace {
 		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if label != "" {
-			n.Labels = map[string]string{TenantKey: label}
+			n.Labels = map[string]string{dranames.TenantKey: label}
 		}
 		return n
 	}
@@ -346,12 +347,12 @@ func TestTenantCopiesRule(t *testing.T) {
 		{ns("kube-node-lease"), false, "Kubernetes system namespace"},
 		{ns("kube-system"), true, ""}, // named in static
 		{ns("gpuslice"), false, "--no-tenant-namespaces"},
-		{ns("infra", TenantKey, "team-s"), true, ""},           // its tenant is static
-		{ns("infra", TenantCopiesKey, "true"), true, ""},       // the label overrides the flag
-		{ns("kube-public", TenantCopiesKey, "true"), true, ""}, // and the built-in list
-		{ns("team-b", TenantCopiesKey, "false"), false, "labelled gpuslice.dev/tenant-copies=false"},
-		{ns("team-b", TenantCopiesKey, "False"), true, ""},                      // only "false" and "true" mean anything
-		{ns("team-c", TenantKey, "team-s", TenantCopiesKey, "false"), true, ""}, // static wins over the label
+		{ns("infra", dranames.TenantKey, "team-s"), true, ""},           // its tenant is static
+		{ns("infra", dranames.TenantCopiesKey, "true"), true, ""},       // the label overrides the flag
+		{ns("kube-public", dranames.TenantCopiesKey, "true"), true, ""}, // and the built-in list
+		{ns("team-b", dranames.TenantCopiesKey, "false"), false, "labelled gpuslice.dev/tenant-copies=false"},
+		{ns("team-b", dranames.TenantCopiesKey, "False"), true, ""},                               // only "false" and "true" mean anything
+		{ns("team-c", dranames.TenantKey, "team-s", dranames.TenantCopiesKey, "false"), true, ""}, // static wins over the label
 	} {
 		got, why := TenantCopies(c.ns, static, excluded)
 		if got != c.want || !strings.Contains(why, c.why) || (got && why != "") {
@@ -376,7 +377,7 @@ func TestTenantsOfSkipsSystemNamespaces(t *testing.T) {
 	for _, n := range []string{"default", "kube-system", "kube-public", "kube-node-lease", "gpuslice", "team-a", "team-b"} {
 		nss = append(nss, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})
 	}
-	off := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-off", Labels: map[string]string{TenantCopiesKey: "false"}}}
+	off := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-off", Labels: map[string]string{dranames.TenantCopiesKey: "false"}}}
 	nss = append(nss, off)
 	kept, dropped := TenantsOf(nss, nil, []string{"gpuslice"})
 	if !slices.Equal(kept, []string{"default", "team-a", "team-b"}) || dropped != nil {
@@ -398,7 +399,7 @@ func TestHealthTaintsKeepTenantTaints(t *testing.T) {
 	h, _ := Health{}.With(Fault{GPU: "GPU-h-0", Value: "79", Effect: resourceapi.DeviceTaintEffectNoExecute})
 	for _, s := range TaintSlices(out, h) {
 		for _, d := range s.Spec.Devices {
-			if d.Attributes[AttrTenant].StringValue == nil {
+			if d.Attributes[dranames.AttrTenant].StringValue == nil {
 				continue
 			}
 			keys := map[string]bool{}
@@ -406,7 +407,7 @@ func TestHealthTaintsKeepTenantTaints(t *testing.T) {
 				keys[tn.Key] = true
 			}
 			onFaulty := *d.Attributes["uuid"].StringValue == "GPU-h-0"
-			if !keys[TenantKey] || keys[TaintKey] != onFaulty {
+			if !keys[dranames.TenantKey] || keys[dranames.TaintKey] != onFaulty {
 				t.Fatalf("%s: taints %+v", d.Name, d.Taints)
 			}
 		}
@@ -425,7 +426,7 @@ func TestAllocatedTenants(t *testing.T) {
 		}
 		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: ClassShared, Tolerations: ts}}}}}}
+				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dranames.ClassShared, Tolerations: ts}}}}}}
 		if results != nil {
 			c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}
 		}
@@ -435,14 +436,14 @@ func TestAllocatedTenants(t *testing.T) {
 		return resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: driver, Pool: pool, Device: device}
 	}
 	claims := []*resourceapi.ResourceClaim{
-		claim("a", []string{"team-a"}, res(DriverName, "node-1", SharedDeviceName(2, "team-a"))),
-		claim("a-again", []string{"team-a"}, res(DriverName, "node-1", SharedDeviceName(0, "team-a"))),
-		claim("b-other-node", []string{"team-b"}, res(DriverName, "node-2", SharedDeviceName(0, "team-b"))),
-		claim("c-other-driver", []string{"team-c"}, res("gpu.nvidia.com", "node-1", SharedDeviceName(0, "team-c"))),
-		claim("d-wrong-toleration", []string{"team-x"}, res(DriverName, "node-1", SharedDeviceName(1, "team-d"))),
+		claim("a", []string{"team-a"}, res(dranames.DriverName, "node-1", dranames.SharedDeviceName(2, "team-a"))),
+		claim("a-again", []string{"team-a"}, res(dranames.DriverName, "node-1", dranames.SharedDeviceName(0, "team-a"))),
+		claim("b-other-node", []string{"team-b"}, res(dranames.DriverName, "node-2", dranames.SharedDeviceName(0, "team-b"))),
+		claim("c-other-driver", []string{"team-c"}, res("gpu.nvidia.com", "node-1", dranames.SharedDeviceName(0, "team-c"))),
+		claim("d-wrong-toleration", []string{"team-x"}, res(dranames.DriverName, "node-1", dranames.SharedDeviceName(1, "team-d"))),
 		claim("e-pending", []string{"team-e"}),
-		claim("f-whole-gpu", []string{"team-f"}, res(DriverName, "node-1", "gpu-3")),
-		claim("g", []string{"team-g"}, res(DriverName, "node-1", SharedDeviceName(11, "team-g"))),
+		claim("f-whole-gpu", []string{"team-f"}, res(dranames.DriverName, "node-1", "gpu-3")),
+		claim("g", []string{"team-g"}, res(dranames.DriverName, "node-1", dranames.SharedDeviceName(11, "team-g"))),
 	}
 	if got := AllocatedTenants(claims, "node-1"); !slices.Equal(got, []string{"team-a", "team-g"}) {
 		t.Fatalf("held %v, want [team-a team-g]", got)
@@ -470,18 +471,18 @@ func TestTenantsHolding(t *testing.T) {
 // (any string): it never panics, and names only tenants the claim
 // tolerates whose copy it holds.
 func FuzzAllocatedTenants(f *testing.F) {
-	f.Add("team-a", SharedDeviceName(3, "team-a"), "node-1")
+	f.Add("team-a", dranames.SharedDeviceName(3, "team-a"), "node-1")
 	f.Add("x", "gpu-1-shared-t-", "node-1")
 	f.Add("", "gpu--1-shared-t-zz", "")
 	f.Fuzz(func(t *testing.T, tenant, device, pool string) {
 		c := &resourceapi.ResourceClaim{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{Tolerations: []resourceapi.DeviceToleration{TenantToleration(tenant)}}}}}},
 			Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
-				Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: DriverName, Pool: pool, Device: device}}}}}}
+				Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: dranames.DriverName, Pool: pool, Device: device}}}}}}
 		for _, got := range AllocatedTenants([]*resourceapi.ResourceClaim{c}, pool) {
 			var i int
 			var h string
-			if n, _ := fmt.Sscanf(device, "gpu-%d-shared-t-%s", &i, &h); got != tenant || n != 2 || SharedDeviceName(i, got) != device {
+			if n, _ := fmt.Sscanf(device, "gpu-%d-shared-t-%s", &i, &h); got != tenant || n != 2 || dranames.SharedDeviceName(i, got) != device {
 				t.Fatalf("tenant %q from device %q, toleration %q", got, device, tenant)
 			}
 		}

@@ -1,8 +1,6 @@
 package dradriver
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,17 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
-
-// TenantKey is the label a namespace carries to name its tenant (without
-// it the tenant is the namespace's name), and the key of the device
-// taint on each tenant's copy of a shared GPU.
-const TenantKey = "gpuslice.dev/tenant"
-
-// TenantCopiesKey is the namespace label that turns its tenant copies off
-// ("false") or on ("true", even for a namespace excluded by name):
-// see TenantCopies.
-const TenantCopiesKey = "gpuslice.dev/tenant-copies"
 
 // SystemNamespaces get no tenant copies unless their tenant is named in
 // the driver's --tenants or they are labelled gpuslice.dev/tenant-copies:
@@ -47,11 +37,11 @@ func TenantCopies(ns *corev1.Namespace, static, excluded []string) (bool, string
 	if slices.Contains(static, TenantOf(ns)) {
 		return true, ""
 	}
-	switch ns.Labels[TenantCopiesKey] {
+	switch ns.Labels[dranames.TenantCopiesKey] {
 	case "true":
 		return true, ""
 	case "false":
-		return false, fmt.Sprintf("namespace %s is labelled %s=false", ns.Name, TenantCopiesKey)
+		return false, fmt.Sprintf("namespace %s is labelled %s=false", ns.Name, dranames.TenantCopiesKey)
 	}
 	if slices.Contains(SystemNamespaces, ns.Name) {
 		return false, fmt.Sprintf("namespace %s is a Kubernetes system namespace", ns.Name)
@@ -66,7 +56,7 @@ func TenantCopies(ns *corev1.Namespace, static, excluded []string) (bool, string
 // says to do.
 func HowToEnableCopies(ns string) string {
 	return fmt.Sprintf("to give it shared GPUs, label it %s=true (kubectl label namespace %s %s=true --overwrite), or name its tenant in the driver's --tenants (chart: driver.tenants)",
-		TenantCopiesKey, ns, TenantCopiesKey)
+		dranames.TenantCopiesKey, ns, dranames.TenantCopiesKey)
 }
 
 // ParseNamespaces reads a comma-separated namespace list (the driver's
@@ -87,10 +77,6 @@ func ParseNamespaces(s string) ([]string, error) {
 	slices.Sort(out)
 	return slices.Compact(out), nil
 }
-
-// AttrTenant is the device attribute naming the tenant a shared copy is
-// for (selectors may read it; the taint is what enforces it).
-const AttrTenant = "tenant"
 
 // MaxTenants bounds the tenants one node publishes copies for: each is one
 // device per GPU (a DGX with 8 GPUs and 128 tenants publishes 1,024 shared
@@ -124,7 +110,7 @@ type Options struct {
 // TenantOf is the tenant of a namespace: its gpuslice.dev/tenant label,
 // else its name.
 func TenantOf(ns *corev1.Namespace) string {
-	if t := ns.Labels[TenantKey]; t != "" {
+	if t := ns.Labels[dranames.TenantKey]; t != "" {
 		return t
 	}
 	return ns.Name
@@ -177,18 +163,10 @@ func normTenants(ts []string) ([]string, error) {
 	return out, nil
 }
 
-// SharedDeviceName is the name of tenant's copy of GPU index's shared
-// device: gpu-<index>-shared-t-<first 10 hex digits of the tenant's
-// SHA-256> (a tenant name may be 63 characters, a device name too).
-func SharedDeviceName(index int, tenant string) string {
-	h := sha256.Sum256([]byte(tenant))
-	return fmt.Sprintf("gpu-%d-shared-t-%s", index, hex.EncodeToString(h[:5]))
-}
-
 // TenantToleration is the toleration a claim of tenant needs for its
 // copies of the shared GPUs.
 func TenantToleration(tenant string) resourceapi.DeviceToleration {
-	return resourceapi.DeviceToleration{Key: TenantKey, Operator: resourceapi.DeviceTolerationOpEqual, Value: tenant,
+	return resourceapi.DeviceToleration{Key: dranames.TenantKey, Operator: resourceapi.DeviceTolerationOpEqual, Value: tenant,
 		Effect: resourceapi.DeviceTaintEffectNoSchedule}
 }
 
@@ -198,9 +176,9 @@ func tenantCopies(shared resourceapi.Device, index int, tenants []string) []reso
 	out := make([]resourceapi.Device, 0, len(tenants))
 	for _, t := range tenants {
 		d := *shared.DeepCopy()
-		d.Name = SharedDeviceName(index, t)
-		d.Attributes[AttrTenant] = strAttr(t)
-		d.Taints = []resourceapi.DeviceTaint{{Key: TenantKey, Value: t, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+		d.Name = dranames.SharedDeviceName(index, t)
+		d.Attributes[dranames.AttrTenant] = strAttr(t)
+		d.Taints = []resourceapi.DeviceTaint{{Key: dranames.TenantKey, Value: t, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 		out = append(out, d)
 	}
 	return out
@@ -208,7 +186,7 @@ func tenantCopies(shared resourceapi.Device, index int, tenants []string) []reso
 
 // AllocatedTenants is the tenants whose copies of pool's shared GPUs
 // claims hold: a result of this driver in pool on a device named
-// SharedDeviceName(i, t), where t is a tenant the claim's requests
+// dranames.SharedDeviceName(i, t), where t is a tenant the claim's requests
 // tolerate (the webhook gives each claim its own tenant's toleration and
 // refuses others). A driver keeps publishing these copies whatever the
 // namespaces say now: dropping a held copy would free the GPU's counters
@@ -222,7 +200,7 @@ func AllocatedTenants(claims []*resourceapi.ResourceClaim, pool string) []string
 		var tolerated []string
 		add := func(ts []resourceapi.DeviceToleration) {
 			for _, t := range ts {
-				if t.Key == TenantKey && t.Operator == resourceapi.DeviceTolerationOpEqual && t.Value != "" {
+				if t.Key == dranames.TenantKey && t.Operator == resourceapi.DeviceTolerationOpEqual && t.Value != "" {
 					tolerated = append(tolerated, t.Value)
 				}
 			}
@@ -236,16 +214,15 @@ func AllocatedTenants(claims []*resourceapi.ResourceClaim, pool string) []string
 			}
 		}
 		for _, res := range c.Status.Allocation.Devices.Results {
-			var index int
-			var hash string
-			if res.Driver != DriverName || res.Pool != pool {
+			if res.Driver != dranames.DriverName || res.Pool != pool {
 				continue
 			}
-			if n, _ := fmt.Sscanf(res.Device, "gpu-%d-shared-t-%s", &index, &hash); n != 2 {
+			name, err := dranames.ParseDeviceName(res.Device)
+			if err != nil || name.TenantHash == "" {
 				continue
 			}
 			for _, t := range tolerated {
-				if SharedDeviceName(index, t) == res.Device {
+				if dranames.TenantHash(t) == name.TenantHash {
 					out = append(out, t)
 				}
 			}

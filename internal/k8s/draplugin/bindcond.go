@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // stateBinding: the claim's MIG instances were made before its pod was
@@ -34,7 +34,7 @@ const (
 // bindPlan is what the binding controller does for one claim name.
 type bindPlan struct {
 	// Pending are the claim's devices on this node that wait for
-	// dradriver.ConditionMIGReady: neither it nor the failure condition
+	// dranames.ConditionMIGReady: neither it nor the failure condition
 	// is True yet.
 	Pending []resourceapi.DeviceRequestAllocationResult
 	// Release are the uids of records made before bind (stateBinding)
@@ -61,12 +61,12 @@ func planBinding(claim *resourceapi.ResourceClaim, node string, records []*claim
 		return p
 	}
 	for _, res := range claim.Status.Allocation.Devices.Results {
-		if res.Driver != dradriver.DriverName || res.Pool != node || !slices.Contains(res.BindingConditions, dradriver.ConditionMIGReady) {
+		if res.Driver != dranames.DriverName || res.Pool != node || !slices.Contains(res.BindingConditions, dranames.ConditionMIGReady) {
 			continue
 		}
 		st := deviceStatus(claim, res)
-		if st != nil && (apimeta.IsStatusConditionTrue(st.Conditions, dradriver.ConditionMIGReady) ||
-			apimeta.IsStatusConditionTrue(st.Conditions, dradriver.ConditionMIGFailed)) {
+		if st != nil && (apimeta.IsStatusConditionTrue(st.Conditions, dranames.ConditionMIGReady) ||
+			apimeta.IsStatusConditionTrue(st.Conditions, dranames.ConditionMIGFailed)) {
 			continue
 		}
 		p.Pending = append(p.Pending, res)
@@ -82,7 +82,7 @@ func holdsDevices(claim *resourceapi.ResourceClaim, r *claimRecord) bool {
 	}
 	for _, dev := range r.Devices {
 		if !slices.ContainsFunc(claim.Status.Allocation.Devices.Results, func(res resourceapi.DeviceRequestAllocationResult) bool {
-			return res.Driver == dradriver.DriverName && res.Pool == dev.Pool && res.Device == dev.Device
+			return res.Driver == dranames.DriverName && res.Pool == dev.Pool && res.Device == dev.Device
 		}) {
 			return false
 		}
@@ -104,12 +104,12 @@ func deviceStatus(claim *resourceapi.ResourceClaim, res resourceapi.DeviceReques
 
 // StartBinding starts the binding controller (Config.MIGBindingConditions):
 // it watches ResourceClaims, and for each allocated to this node's pool
-// a MIG device waiting for dradriver.ConditionMIGReady it creates the
+// a MIG device waiting for dranames.ConditionMIGReady it creates the
 // instance at the allocated placement (the code Prepare runs; recorded in
 // the checkpoint first, so that Prepare, or a restarted driver, adopts
 // it) and sets the condition True in status.devices, upon which the
 // scheduler binds the pod; when the instance cannot be made it sets
-// dradriver.ConditionMIGFailed, upon which the scheduler frees the
+// dranames.ConditionMIGFailed, upon which the scheduler frees the
 // allocation and schedules the pod again. Instances made for a claim that
 // is deleted or loses its allocation before it is prepared are destroyed.
 // It runs until ctx ends.
@@ -218,11 +218,11 @@ func (d *Driver) bindClaim(ctx context.Context, claim *resourceapi.ResourceClaim
 		// for the next driver to adopt by placement.
 		return ctx.Err()
 	}
-	cond := metav1.Condition{Type: dradriver.ConditionMIGReady, Status: metav1.ConditionTrue, Reason: ReasonInstanceReady,
+	cond := metav1.Condition{Type: dranames.ConditionMIGReady, Status: metav1.ConditionTrue, Reason: ReasonInstanceReady,
 		Message: fmt.Sprintf("MIG instance created on node %s", d.cfg.Node), ObservedGeneration: claim.Generation,
 		LastTransitionTime: metav1.NewTime(d.cfg.Clock())}
 	if cause != nil {
-		cond.Type, cond.Reason, cond.Message = dradriver.ConditionMIGFailed, ReasonInstanceFailed, truncate(cause.Error(), 1024)
+		cond.Type, cond.Reason, cond.Message = dranames.ConditionMIGFailed, ReasonInstanceFailed, truncate(cause.Error(), 1024)
 	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := d.cfg.Kube.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
@@ -305,7 +305,7 @@ func (d *Driver) makeInstances(ctx context.Context, claim *resourceapi.ResourceC
 		return 0, err
 	}
 	d.cfg.Observe(StepIntent, uid)
-	isMIG := func(dev preparedDevice) bool { return dev.Type == dradriver.TypeMIG }
+	isMIG := func(dev preparedDevice) bool { return dev.Type == dranames.TypeMIG }
 	err = d.makeDevices(ctx, &rec, isMIG)
 	made := 0
 	for _, dev := range rec.Devices {

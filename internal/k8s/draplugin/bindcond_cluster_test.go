@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
 )
 
@@ -201,20 +201,20 @@ func TestMIGInstanceCreatedAtTheAllocatedPlacementBeforeBind(t *testing.T) {
 	}
 	for _, s := range list.Items {
 		for _, dv := range s.Spec.Devices {
-			mig := *dv.Attributes["type"].StringValue == dradriver.TypeMIG
-			if mig != slices.Equal(dv.BindingConditions, []string{dradriver.ConditionMIGReady}) ||
-				mig != slices.Equal(dv.BindingFailureConditions, []string{dradriver.ConditionMIGFailed}) || mig != (dv.BindsToNode != nil && *dv.BindsToNode) {
+			mig := *dv.Attributes["type"].StringValue == dranames.TypeMIG
+			if mig != slices.Equal(dv.BindingConditions, []string{dranames.ConditionMIGReady}) ||
+				mig != slices.Equal(dv.BindingFailureConditions, []string{dranames.ConditionMIGFailed}) || mig != (dv.BindsToNode != nil && *dv.BindsToNode) {
 				t.Fatalf("device %s as stored: bindingConditions %v failure %v bindsToNode %v", dv.Name, dv.BindingConditions, dv.BindingFailureConditions, dv.BindsToNode)
 			}
 		}
 	}
 
-	e.createClaimPod(claimSpec{name: "mig-small", class: dradriver.ClassMIG, selector: e.migSelector(0, "1g.5gb")})
-	e.createClaimPod(claimSpec{name: "mig-big", class: dradriver.ClassMIG, selector: e.migSelector(0, "3g.20gb")})
-	e.createClaimPod(claimSpec{name: "mig-gone", class: dradriver.ClassMIG, selector: e.migSelector(1, "2g.10gb")})
+	e.createClaimPod(claimSpec{name: "mig-small", class: dranames.ClassMIG, selector: e.migSelector(0, "1g.5gb")})
+	e.createClaimPod(claimSpec{name: "mig-big", class: dranames.ClassMIG, selector: e.migSelector(0, "3g.20gb")})
+	e.createClaimPod(claimSpec{name: "mig-gone", class: dranames.ClassMIG, selector: e.migSelector(1, "2g.10gb")})
 	for _, n := range []string{"mig-small", "mig-big", "mig-gone"} {
 		cl := e.waitAllocated(n)
-		if r := cl.Status.Allocation.Devices.Results[0]; !slices.Equal(r.BindingConditions, []string{dradriver.ConditionMIGReady}) {
+		if r := cl.Status.Allocation.Devices.Results[0]; !slices.Equal(r.BindingConditions, []string{dranames.ConditionMIGReady}) {
 			t.Fatalf("claim %s allocated %s without the binding condition: %+v", n, r.Device, r)
 		}
 		e.waitPending(n)
@@ -257,7 +257,7 @@ func TestMIGInstanceCreatedAtTheAllocatedPlacementBeforeBind(t *testing.T) {
 	for _, cl := range []*resourceapi.ResourceClaim{small, big} {
 		profile, start := e.placement(allocatedDevice(cl))
 		want[fmt.Sprintf("%s@%d", profile, start)] = true
-		if c := condition(cl, dradriver.ConditionMIGReady); c == nil || c.Status != metav1.ConditionTrue || c.Reason != draplugin.ReasonInstanceReady {
+		if c := condition(cl, dranames.ConditionMIGReady); c == nil || c.Status != metav1.ConditionTrue || c.Reason != draplugin.ReasonInstanceReady {
 			t.Fatalf("claim %s bound with status.devices %+v", cl.Name, cl.Status.Devices)
 		}
 	}
@@ -312,7 +312,7 @@ func TestMIGInstanceCreatedAtTheAllocatedPlacementBeforeBind(t *testing.T) {
 
 	// A claim deleted after its instance was made but before the kubelet
 	// prepared it: the controller destroys the instance.
-	e.createClaimPod(claimSpec{name: "mig-late", class: dradriver.ClassMIG, selector: e.migSelector(1, "1g.5gb")})
+	e.createClaimPod(claimSpec{name: "mig-late", class: dranames.ClassMIG, selector: e.migSelector(1, "1g.5gb")})
 	e.waitBound("mig-late")
 	if in := e.instances(1); len(in) != 1 {
 		t.Fatalf("GPU 1 instances %+v, want the bound claim's", in)
@@ -363,7 +363,7 @@ func TestMIGCreationFailureReschedulesThePod(t *testing.T) {
 			if !ok || ev.Type == watch.Deleted {
 				continue
 			}
-			if c := condition(cl, dradriver.ConditionMIGFailed); c != nil && c.Status == metav1.ConditionTrue {
+			if c := condition(cl, dranames.ConditionMIGFailed); c != nil && c.Status == metav1.ConditionTrue {
 				select {
 				case failed <- c:
 				default:
@@ -372,7 +372,7 @@ func TestMIGCreationFailureReschedulesThePod(t *testing.T) {
 		}
 	}()
 
-	e.createClaimPod(claimSpec{name: "mig", class: dradriver.ClassMIG, selector: e.migSelector(0, "1g.5gb")})
+	e.createClaimPod(claimSpec{name: "mig", class: dranames.ClassMIG, selector: e.migSelector(0, "1g.5gb")})
 	var c *metav1.Condition
 	select {
 	case c = <-failed:
@@ -386,7 +386,7 @@ func TestMIGCreationFailureReschedulesThePod(t *testing.T) {
 	if ops := e.dev.ops(); len(ops) != 2 || !strings.Contains(ops[0], "failed") || strings.Contains(ops[1], "failed") {
 		t.Fatalf("creates %v: want a failed one, then one that worked", ops)
 	}
-	if r := condition(cl, dradriver.ConditionMIGReady); r == nil || r.Status != metav1.ConditionTrue || condition(cl, dradriver.ConditionMIGFailed) != nil {
+	if r := condition(cl, dranames.ConditionMIGReady); r == nil || r.Status != metav1.ConditionTrue || condition(cl, dranames.ConditionMIGFailed) != nil {
 		t.Fatalf("bound claim's status.devices %+v: want mig-ready only (the failed allocation was cleared)", cl.Status.Devices)
 	}
 	profile, start := e.placement(allocatedDevice(cl))
@@ -414,7 +414,7 @@ func TestDriverRestartBetweenCreateAndConditionAdopts(t *testing.T) {
 	if err := d1.StartBinding(ctx1); err != nil {
 		t.Fatal(err)
 	}
-	e.createClaimPod(claimSpec{name: "mig", class: dradriver.ClassMIG, selector: e.migSelector(0, "2g.10gb")})
+	e.createClaimPod(claimSpec{name: "mig", class: dranames.ClassMIG, selector: e.migSelector(0, "2g.10gb")})
 	select {
 	case <-created:
 	case <-e.ctx.Done():
@@ -422,7 +422,7 @@ func TestDriverRestartBetweenCreateAndConditionAdopts(t *testing.T) {
 	}
 	crash()
 	d1.Stop()
-	if cl := e.waitAllocated("mig"); condition(cl, dradriver.ConditionMIGReady) != nil {
+	if cl := e.waitAllocated("mig"); condition(cl, dranames.ConditionMIGReady) != nil {
 		t.Fatalf("condition set by the crashed driver: %+v", cl.Status.Devices)
 	}
 

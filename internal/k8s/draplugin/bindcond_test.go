@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // planBinding: a MIG device of this node waiting for mig-ready is
@@ -17,10 +17,10 @@ import (
 // the same name, or lost the device.
 func TestPlanBinding(t *testing.T) {
 	migRes := func(pool, dev string, cond bool) resourceapi.DeviceRequestAllocationResult {
-		r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: dradriver.DriverName, Pool: pool, Device: dev}
+		r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: dranames.DriverName, Pool: pool, Device: dev}
 		if cond {
-			r.BindingConditions = []string{dradriver.ConditionMIGReady}
-			r.BindingFailureConditions = []string{dradriver.ConditionMIGFailed}
+			r.BindingConditions = []string{dranames.ConditionMIGReady}
+			r.BindingFailureConditions = []string{dranames.ConditionMIGFailed}
 		}
 		return r
 	}
@@ -32,13 +32,13 @@ func TestPlanBinding(t *testing.T) {
 		return c
 	}
 	withCond := func(c *resourceapi.ResourceClaim, dev, typ string, status metav1.ConditionStatus) *resourceapi.ResourceClaim {
-		c.Status.Devices = append(c.Status.Devices, resourceapi.AllocatedDeviceStatus{Driver: dradriver.DriverName, Pool: "n1", Device: dev,
+		c.Status.Devices = append(c.Status.Devices, resourceapi.AllocatedDeviceStatus{Driver: dranames.DriverName, Pool: "n1", Device: dev,
 			Conditions: []metav1.Condition{{Type: typ, Status: status, Reason: "R"}}})
 		return c
 	}
 	rec := func(uid, state, dev string) *claimRecord {
 		return &claimRecord{UID: uid, Namespace: "ns", Name: "c", State: state,
-			Devices: []preparedDevice{{Pool: "n1", Device: dev, deviceInfo: deviceInfo{Type: dradriver.TypeMIG}}}}
+			Devices: []preparedDevice{{Pool: "n1", Device: dev, deviceInfo: deviceInfo{Type: dranames.TypeMIG}}}}
 	}
 	const a, b = "gpu-0-mig-1g-5gb-at-6", "gpu-0-mig-1g-5gb-at-5"
 	deleting := claim("u1", migRes("n1", a, true))
@@ -54,9 +54,9 @@ func TestPlanBinding(t *testing.T) {
 		{"other node", claim("u1", migRes("n2", a, true)), nil, nil, nil},
 		{"no binding conditions", claim("u1", migRes("n1", a, false)), nil, nil, nil},
 		{"not allocated", claim("u1"), nil, nil, nil},
-		{"ready", withCond(claim("u1", migRes("n1", a, true)), a, dradriver.ConditionMIGReady, metav1.ConditionTrue), []*claimRecord{rec("u1", stateBinding, a)}, nil, nil},
-		{"ready false is pending", withCond(claim("u1", migRes("n1", a, true)), a, dradriver.ConditionMIGReady, metav1.ConditionFalse), nil, []string{a}, nil},
-		{"failed", withCond(claim("u1", migRes("n1", a, true)), a, dradriver.ConditionMIGFailed, metav1.ConditionTrue), nil, nil, nil},
+		{"ready", withCond(claim("u1", migRes("n1", a, true)), a, dranames.ConditionMIGReady, metav1.ConditionTrue), []*claimRecord{rec("u1", stateBinding, a)}, nil, nil},
+		{"ready false is pending", withCond(claim("u1", migRes("n1", a, true)), a, dranames.ConditionMIGReady, metav1.ConditionFalse), nil, []string{a}, nil},
+		{"failed", withCond(claim("u1", migRes("n1", a, true)), a, dranames.ConditionMIGFailed, metav1.ConditionTrue), nil, nil, nil},
 		{"made, condition not yet written (restart)", claim("u1", migRes("n1", a, true)), []*claimRecord{rec("u1", stateBinding, a)}, []string{a}, nil},
 		{"deleted", nil, []*claimRecord{rec("u1", stateBinding, a)}, nil, []string{"u1"}},
 		{"being deleted", deleting, []*claimRecord{rec("u1", stateBinding, a)}, nil, []string{"u1"}},

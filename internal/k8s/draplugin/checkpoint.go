@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // CheckpointFile is the name of the driver's checkpoint in its state
@@ -84,7 +84,7 @@ func (r *claimRecord) check(uid string) error {
 	for i, d := range r.Devices {
 		f := fmt.Sprintf("devices[%d]", i)
 		switch d.Type {
-		case dradriver.TypeGPU, dradriver.TypeShared, dradriver.TypeMIG:
+		case dranames.TypeGPU, dranames.TypeShared, dranames.TypeMIG:
 		default:
 			return fmt.Errorf("%s.type %q: valid are gpu, shared, mig", f, d.Type)
 		}
@@ -99,7 +99,7 @@ func (r *claimRecord) check(uid string) error {
 		if d.ID != "" && !alloc.ValidDeviceID(d.ID) {
 			return fmt.Errorf("%s.id %q: not a GPU or MIG uuid", f, d.ID)
 		}
-		if d.Type == dradriver.TypeMIG && (d.Profile == "" || d.Start < 0) {
+		if d.Type == dranames.TypeMIG && (d.Profile == "" || d.Start < 0) {
 			return fmt.Errorf("%s: a MIG device needs a profile and a start", f)
 		}
 		if r.State == statePrepared && d.ID == "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
 )
 
@@ -70,8 +71,8 @@ func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
 	onGPU := func(i int) string {
 		return `device.attributes["gpu.gpuslice.dev"].index == ` + string(rune('0'+i))
 	}
-	whole := c.claimPod(claimSpec{name: "whole", class: dradriver.ClassGPU, selector: onGPU(0)})
-	ts := c.claimPod(claimSpec{name: "timeslicing", class: dradriver.ClassShared, selector: onGPU(1), memory: "8Gi",
+	whole := c.claimPod(claimSpec{name: "whole", class: dranames.ClassGPU, selector: onGPU(0)})
+	ts := c.claimPod(claimSpec{name: "timeslicing", class: dranames.ClassShared, selector: onGPU(1), memory: "8Gi",
 		params: gpuConfig("GpuConfig", map[string]any{"strategy": "TimeSlicing", "timeSlicingConfig": map[string]any{"interval": "Long"}})})
 	var mpsClaims []*resourceapi.ResourceClaim
 	for _, s := range []struct{ name, memory, pinned string }{{"mps-4gi", "4Gi", ""}, {"mps-8gi", "8Gi", ""}, {"mps-10gi", "10Gi", "10Gi"}} {
@@ -79,10 +80,10 @@ func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
 		if s.pinned != "" {
 			mc["defaultPinnedDeviceMemoryLimit"] = s.pinned
 		}
-		mpsClaims = append(mpsClaims, c.claimPod(claimSpec{name: s.name, class: dradriver.ClassShared, selector: onGPU(2), memory: s.memory,
+		mpsClaims = append(mpsClaims, c.claimPod(claimSpec{name: s.name, class: dranames.ClassShared, selector: onGPU(2), memory: s.memory,
 			params: gpuConfig("GpuConfig", map[string]any{"strategy": "MPS", "mpsConfig": mc})}))
 	}
-	migClaim := c.claimPod(claimSpec{name: "mig", class: dradriver.ClassMIG,
+	migClaim := c.claimPod(claimSpec{name: "mig", class: dranames.ClassMIG,
 		selector: `device.attributes["gpu.gpuslice.dev"].parentUUID == "` + gpus[3].UUID + `" && device.attributes["gpu.gpuslice.dev"].profile == "1g.5gb"`})
 
 	for cl, want := range map[*resourceapi.ResourceClaim]string{whole: "gpu-0", ts: "gpu-1-shared", migClaim: "gpu-3-mig-1g-5gb-at-5"} { // the 1g first in mig.Geometry.FirstFitOrder
@@ -254,9 +255,9 @@ func TestPreparesTenantCopiesOnARealCluster(t *testing.T) {
 	c.waitSlices(len(d.Slices()))
 
 	tol := []resourceapi.DeviceToleration{dradriver.TenantToleration("team-a")}
-	one := c.claimPod(claimSpec{name: "share-1", class: dradriver.ClassShared, memory: "4Gi", tolerations: tol})
-	two := c.claimPod(claimSpec{name: "share-2", class: dradriver.ClassShared, memory: "8Gi", tolerations: tol})
-	want := dradriver.SharedDeviceName(0, "team-a")
+	one := c.claimPod(claimSpec{name: "share-1", class: dranames.ClassShared, memory: "4Gi", tolerations: tol})
+	two := c.claimPod(claimSpec{name: "share-2", class: dranames.ClassShared, memory: "8Gi", tolerations: tol})
+	want := dranames.SharedDeviceName(0, "team-a")
 	for _, cl := range []*resourceapi.ResourceClaim{one, two} {
 		if got := allocatedDevice(cl); got != want {
 			t.Fatalf("claim %s allocated %s, want team-a's copy %s", cl.Name, got, want)
@@ -278,7 +279,7 @@ func TestPreparesTenantCopiesOnARealCluster(t *testing.T) {
 
 	bare := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "team-a"},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
-			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dradriver.ClassShared, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dranames.ClassShared, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}
 	if _, err := c.cs.ResourceV1().ResourceClaims("team-a").Create(c.ctx, bare, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/node"
 	"github.com/gpuslice/gpuslice/internal/node/cdi"
 	"github.com/gpuslice/gpuslice/internal/node/mps"
@@ -36,7 +37,7 @@ const (
 
 // DefaultStateDir is where the kubelet expects the driver's socket, and
 // where the checkpoint lives.
-var DefaultStateDir = filepath.Join(kubeletplugin.KubeletPluginsDir, dradriver.DriverName)
+var DefaultStateDir = filepath.Join(kubeletplugin.KubeletPluginsDir, dranames.DriverName)
 
 // Steps the driver reports to Config.Observe after each effect of a
 // prepare, in order.
@@ -339,7 +340,7 @@ func (d *Driver) Start(ctx context.Context) error {
 		d.hmu.Unlock()
 	}
 	h, err := kubeletplugin.Start(ctx, d,
-		kubeletplugin.DriverName(dradriver.DriverName),
+		kubeletplugin.DriverName(dranames.DriverName),
 		kubeletplugin.NodeName(d.cfg.Node),
 		kubeletplugin.KubeClient(d.cfg.Kube),
 		kubeletplugin.PluginDataDirectoryPath(d.cfg.StateDir),
@@ -365,7 +366,7 @@ func (d *Driver) Start(ctx context.Context) error {
 		d.Stop()
 		return fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
-	d.cfg.Log.Info("gpuslice DRA driver started", "driver", dradriver.DriverName, "node", d.cfg.Node,
+	d.cfg.Log.Info("gpuslice DRA driver started", "driver", dranames.DriverName, "node", d.cfg.Node,
 		"devices", len(d.table), "claims", len(d.claims), "socket", filepath.Join(d.cfg.StateDir, "dra.sock"))
 	return nil
 }
@@ -583,7 +584,7 @@ func (d *Driver) wantDaemons(extra *claimRecord) []mps.Daemon {
 			}
 			seen[dev.ID] = true
 			out = append(out, mps.Daemon{Device: dev.ID, GPU: dev.GPU, GPUIndex: dev.GPUIndex,
-				MIG: dev.Type == dradriver.TypeMIG, PipeDir: dev.PipeDir, LogDir: filepath.Join(dev.PipeDir, "log")})
+				MIG: dev.Type == dranames.TypeMIG, PipeDir: dev.PipeDir, LogDir: filepath.Join(dev.PipeDir, "log")})
 		}
 	}
 	for _, r := range sortedRecords(d.claims) {

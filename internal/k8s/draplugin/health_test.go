@@ -27,6 +27,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
 )
 
@@ -303,7 +304,7 @@ func TestHealthStreamsToTheKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	r92 := a.nextChange("XID 92 on GPU 1", ra)
-	checkGPU(t, "XID 92", r92, 1, drahealth.HealthStatus_HEALTHY, dradriver.TaintKey+"=92:NoSchedule")
+	checkGPU(t, "XID 92", r92, 1, drahealth.HealthStatus_HEALTHY, dranames.TaintKey+"=92:NoSchedule")
 	checkGPU(t, "XID 92", r92, 0, drahealth.HealthStatus_UNHEALTHY, "XID 79")
 
 	// A flood of events while two streams are stuck: the taint path and
@@ -332,7 +333,7 @@ func TestHealthStreamsToTheKubelet(t *testing.T) {
 				want = "63:" + string(resourceapi.DeviceTaintEffectNoSchedule)
 			}
 			have := ""
-			if len(dv.Taints) == 1 && dv.Taints[0].Key == dradriver.TaintKey {
+			if len(dv.Taints) == 1 && dv.Taints[0].Key == dranames.TaintKey {
 				have = dv.Taints[0].Value + ":" + string(dv.Taints[0].Effect)
 			}
 			ok = ok && have == want
@@ -345,7 +346,7 @@ func TestHealthStreamsToTheKubelet(t *testing.T) {
 			r["gpu-0"].health == drahealth.HealthStatus_UNHEALTHY
 	}
 	r63 := a.until("watcher A at the latest state", latest)
-	checkGPU(t, "XID 63", r63, 1, drahealth.HealthStatus_HEALTHY, dradriver.TaintKey+"=63:NoSchedule")
+	checkGPU(t, "XID 63", r63, 1, drahealth.HealthStatus_HEALTHY, dranames.TaintKey+"=63:NoSchedule")
 	checkGPU(t, "XID 63", r63, 0, drahealth.HealthStatus_UNHEALTHY, "XID 79")
 	if rb := b.until("watcher B at the latest state", latest); !maps.Equal(rb, r63) {
 		t.Fatalf("watcher B %v, A %v", rb, r63)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/node"
 )
 
@@ -13,7 +13,7 @@ import (
 // instance once made).
 func holdOf(r *claimRecord, dev preparedDevice, make bool) node.Hold {
 	h := node.Hold{Claim: r.UID, Name: r.Namespace + "/" + r.Name, GPU: dev.GPU, Mode: dev.Mode, Interval: dev.Interval, Make: make}
-	if dev.Type == dradriver.TypeMIG {
+	if dev.Type == dranames.TypeMIG {
 		h.Profile, h.Start, h.Instance = dev.Profile, dev.Start, dev.ID
 	}
 	return h
@@ -68,7 +68,7 @@ func (d *Driver) makeDevices(ctx context.Context, rec *claimRecord, mk func(prep
 		if err := rep.Err(h); err != nil {
 			return fmt.Errorf("claim %s/%s: device %s: %w", rec.Namespace, rec.Name, dev.Device, err)
 		}
-		if dev.Type != dradriver.TypeMIG {
+		if dev.Type != dranames.TypeMIG {
 			continue
 		}
 		dev.ID = rep.Instance(h)

@@ -12,9 +12,10 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/catalog"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/mig"
 	"github.com/gpuslice/gpuslice/internal/node/watchdog"
+	"github.com/gpuslice/gpuslice/internal/slicemetrics"
 )
 
 // claimUsage is what the watchdog measured for a claim: memory now, SM
@@ -92,27 +93,11 @@ func (d *Driver) apiClaims() []api.Claim {
 	return out
 }
 
-// sliceLabels are dcgm-exporter's label names (so the series join DCGM's
-// on UUID and GPU_I_ID), the claim's Kubernetes identity, and the DRA
-// request and device.
-var sliceLabels = []string{"UUID", "gpu", "modelName", "Hostname", "GPU_I_PROFILE", "GPU_I_ID",
-	"namespace", "pod", "claim", "request", "device"}
-
 var claimLabels = []string{"namespace", "pod", "claim"}
 
+// The per-device series are slicemetrics' (one declaration with the
+// server's); these are the driver's per-claim ones.
 var (
-	descMemAlloc = prometheus.NewDesc("gpuslice_slice_memory_allocated_bytes",
-		"GPU memory a prepared claim was given on one device: its consumed capacity on a shared GPU, else the device's memory.", sliceLabels, nil)
-	descMemLimit = prometheus.NewDesc("gpuslice_slice_memory_limit_bytes",
-		"The most GPU memory the slice's processes can hold: the MPS pinned-memory limit, the allocation under memoryPolicy kill, else the device's memory.", sliceLabels, nil)
-	descCompAlloc = prometheus.NewDesc("gpuslice_slice_compute_allocated_ratio",
-		"Compute given to the slice as a fraction of its whole GPU (the consumed compute share on a shared GPU, the instance's compute slices for MIG, 1 for a whole GPU).", sliceLabels, nil)
-	descCompLimit = prometheus.NewDesc("gpuslice_slice_compute_limit_ratio",
-		"The most compute the slice can use, as a fraction of its whole GPU: the MPS active-thread limit of its device, else the device.", sliceLabels, nil)
-	descMemUsed = prometheus.NewDesc("gpuslice_slice_memory_used_bytes",
-		"GPU memory the slice's processes use, at the watchdog's last pass (claims with one device on the node).", sliceLabels, nil)
-	descCompUsed = prometheus.NewDesc("gpuslice_slice_compute_used_ratio",
-		"SM activity of the slice's processes over the watchdog's last interval, as a fraction of its whole GPU (claims with one device, where the driver samples it).", sliceLabels, nil)
 	descClaimMem = prometheus.NewDesc("gpuslice_slice_claim_memory_used_bytes",
 		"GPU memory all processes of a claim use on this node.", claimLabels, nil)
 	descGPUSeconds = prometheus.NewDesc("gpuslice_slice_claim_gpu_seconds_total",
@@ -128,7 +113,8 @@ func (d *Driver) Collector() prometheus.Collector { return collector{d} }
 type collector struct{ d *Driver }
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, x := range []*prometheus.Desc{descMemAlloc, descMemLimit, descCompAlloc, descCompLimit, descMemUsed, descCompUsed, descClaimMem, descGPUSeconds, descMiBSeconds} {
+	slicemetrics.Describe(ch)
+	for _, x := range []*prometheus.Desc{descClaimMem, descGPUSeconds, descMiBSeconds} {
 		ch <- x
 	}
 }
@@ -152,26 +138,21 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		pod := strings.Join(r.Pods, ",")
 		u, measured := d.usage[r.UID]
-		for _, dev := range r.Devices {
+		for i, dev := range r.Devices {
 			model := d.models[dev.GPUIndex]
 			modelName := ""
 			if model != nil {
 				modelName = productName(model)
 			}
 			gi := ""
-			if id, ok := giid[dev.ID]; ok && dev.Type == dradriver.TypeMIG {
+			if id, ok := giid[dev.ID]; ok && dev.Type == dranames.TypeMIG {
 				gi = strconv.Itoa(id)
 			}
-			labels := []string{dev.ID, strconv.Itoa(dev.GPUIndex), modelName, d.cfg.Node, dev.Profile, gi,
-				r.Namespace, pod, r.Name, dev.Request, dev.Device}
-			if dev.Type != dradriver.TypeMIG {
-				labels[0] = dev.GPU
-			}
-			gauge := func(desc *prometheus.Desc, v float64) {
-				ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+			tenant := dev.Tenant
+			if tenant == "" {
+				tenant = r.Namespace
 			}
 			devShare := d.deviceShare(dev)
-			gauge(descMemAlloc, float64(dev.PromisedMiB)*mib)
 			limit := dev.MemoryMiB
 			switch {
 			case dev.PinnedMiB > 0:
@@ -179,23 +160,27 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			case watchdog.Policy(dev.MemoryPolicy) == watchdog.PolicyKill:
 				limit = dev.PromisedMiB
 			}
-			gauge(descMemLimit, float64(limit)*mib)
 			alloc := devShare
-			if dev.Type == dradriver.TypeShared {
+			if dev.Type == dranames.TypeShared {
 				alloc = float64(dev.ComputePercent) / 100
 			}
-			gauge(descCompAlloc, alloc)
 			climit := devShare
 			if dev.ThreadPercent > 0 {
 				climit = devShare * float64(dev.ThreadPercent) / 100
 			}
-			gauge(descCompLimit, climit)
+			f := slicemetrics.Figures{MemoryAllocated: float64(dev.PromisedMiB) * mib, MemoryLimit: float64(limit) * mib,
+				ComputeAllocated: alloc, ComputeLimit: climit}
 			if measured && len(r.Devices) == 1 {
-				gauge(descMemUsed, float64(u.MemoryMiB)*mib)
+				mem := float64(u.MemoryMiB) * mib
+				f.MemoryUsed = &mem
 				if u.SMRatio >= 0 {
-					gauge(descCompUsed, u.SMRatio)
+					sm := u.SMRatio
+					f.ComputeUsed = &sm
 				}
 			}
+			slicemetrics.Emit(ch, slicemetrics.Slice{UUID: dev.GPU, GPU: dev.GPUIndex, ModelName: modelName, Hostname: d.cfg.Node,
+				Profile: dev.Profile, GIID: gi, Pod: pod, Namespace: r.Namespace, Tenant: tenant, Claim: r.Name,
+				Request: dev.Request, Device: dev.Device, Index: i}, f)
 		}
 		if measured {
 			cl := []string{r.Namespace, pod, r.Name}
@@ -220,7 +205,7 @@ func productName(m *catalog.GPU) string {
 // deviceShare is a device's share of its whole GPU: 1 for a whole GPU,
 // the instance's compute slices over the GPU's for MIG.
 func (d *Driver) deviceShare(dev preparedDevice) float64 {
-	if dev.Type != dradriver.TypeMIG {
+	if dev.Type != dranames.TypeMIG {
 		return 1
 	}
 	model := d.models[dev.GPUIndex]

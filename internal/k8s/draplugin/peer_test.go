@@ -28,6 +28,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // kubelet is a kubelet-side test peer: it finds the driver through the
@@ -47,7 +48,7 @@ type kubelet struct {
 // registers it.
 func registerKubelet(t *testing.T, ctx context.Context, regDir string) *kubelet {
 	t.Helper()
-	sock := filepath.Join(regDir, dradriver.DriverName+"-reg.sock")
+	sock := filepath.Join(regDir, dranames.DriverName+"-reg.sock")
 	for {
 		if _, err := os.Stat(sock); err == nil {
 			break
@@ -68,8 +69,8 @@ func registerKubelet(t *testing.T, ctx context.Context, regDir string) *kubelet 
 	if err != nil {
 		t.Fatalf("GetInfo: %v", err)
 	}
-	if info.Type != registerapi.DRAPlugin || info.Name != dradriver.DriverName || !slices.Contains(info.SupportedVersions, drapb.DRAPluginService) {
-		t.Fatalf("GetInfo = %+v: want a %s named %s serving %s", info, registerapi.DRAPlugin, dradriver.DriverName, drapb.DRAPluginService)
+	if info.Type != registerapi.DRAPlugin || info.Name != dranames.DriverName || !slices.Contains(info.SupportedVersions, drapb.DRAPluginService) {
+		t.Fatalf("GetInfo = %+v: want a %s named %s serving %s", info, registerapi.DRAPlugin, dranames.DriverName, drapb.DRAPluginService)
 	}
 	if _, err := rc.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
 		t.Fatal(err)
@@ -204,7 +205,7 @@ func (c *cluster) createClaimPod(s claimSpec) {
 		}
 		claim.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu"},
 			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-				Driver: dradriver.DriverName, Parameters: runtime.RawExtension{Raw: raw}}}}}
+				Driver: dranames.DriverName, Parameters: runtime.RawExtension{Raw: raw}}}}}
 	}
 	if _, err := c.cs.ResourceV1().ResourceClaims("team-a").Create(c.ctx, claim, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)

@@ -11,12 +11,13 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/draconfig"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // deviceInfo is what the published ResourceSlices say about one device
 // name: its type and where it lies.
 type deviceInfo struct {
-	Type      string `json:"type"` // dradriver.TypeGPU, TypeShared or TypeMIG
+	Type      string `json:"type"` // dranames.TypeGPU, TypeShared or TypeMIG
 	GPUIndex  int    `json:"gpuIndex"`
 	GPU       string `json:"gpu"`               // the GPU's uuid
 	Profile   string `json:"profile,omitempty"` // MIG only
@@ -29,44 +30,19 @@ type deviceInfo struct {
 }
 
 // deviceTable maps the device names of a node's slices (dradriver.Slices)
-// to what they are, read back from the attributes the slices carry, so
-// that prepare understands exactly the names the scheduler allocated.
+// to what they are, read back (dradriver.ReadDevice) from the names and
+// the attributes the slices carry, so that prepare understands exactly
+// the names the scheduler allocated.
 func deviceTable(slices []resourceapi.ResourceSlice) (map[string]deviceInfo, error) {
 	out := map[string]deviceInfo{}
 	for _, s := range slices {
-		for _, d := range s.Spec.Devices {
-			attr := func(name string) resourceapi.DeviceAttribute { return d.Attributes[resourceapi.QualifiedName(name)] }
-			str := func(name string) string {
-				if v := attr(name).StringValue; v != nil {
-					return *v
-				}
-				return ""
+		for i := range s.Spec.Devices {
+			d, err := dradriver.ReadDevice(&s.Spec.Devices[i])
+			if err != nil {
+				return nil, err
 			}
-			num := func(name string) int {
-				if v := attr(name).IntValue; v != nil {
-					return int(*v)
-				}
-				return -1
-			}
-			info := deviceInfo{Type: str("type"), GPUIndex: num("index")}
-			if m, ok := d.Capacity["memory"]; ok {
-				info.MemoryMiB = m.Value.Value() >> 20
-			}
-			switch info.Type {
-			case dradriver.TypeGPU, dradriver.TypeShared:
-				info.GPU, info.Tenant = str("uuid"), str(dradriver.AttrTenant)
-			case dradriver.TypeMIG:
-				info.GPU, info.Profile, info.Start = str("parentUUID"), str("profile"), num("start")
-				if info.Profile == "" || info.Start < 0 {
-					return nil, fmt.Errorf("device %s: a MIG device without profile or start", d.Name)
-				}
-			default:
-				return nil, fmt.Errorf("device %s: unknown type %q", d.Name, info.Type)
-			}
-			if info.GPU == "" || info.GPUIndex < 0 {
-				return nil, fmt.Errorf("device %s: no GPU uuid or index", d.Name)
-			}
-			out[d.Name] = info
+			out[d.Name] = deviceInfo{Type: d.Type, GPUIndex: d.Index, GPU: d.GPU, Profile: d.Profile, Start: d.Start,
+				MemoryMiB: d.MemoryMiB, Tenant: d.Tenant}
 		}
 	}
 	return out, nil
@@ -125,7 +101,7 @@ type preparedDevice struct {
 // key names the hardware a device occupies: the GPU for whole and shared
 // GPUs, the placement for a MIG device.
 func (d preparedDevice) key() string {
-	if d.Type == dradriver.TypeMIG {
+	if d.Type == dranames.TypeMIG {
 		return fmt.Sprintf("%s/%s@%d", d.GPU, d.Profile, d.Start)
 	}
 	return d.GPU
@@ -149,7 +125,7 @@ func planClaim(claim *resourceapi.ResourceClaim, node string, table map[string]d
 	}
 	for i, r := range a.Devices.Results {
 		field := fmt.Sprintf("status.allocation.devices.results[%d]", i)
-		if r.Driver != dradriver.DriverName {
+		if r.Driver != dranames.DriverName {
 			continue
 		}
 		if r.Pool != node {
@@ -168,14 +144,14 @@ func planClaim(claim *resourceapi.ResourceClaim, node string, table map[string]d
 		if r.ShareID != nil {
 			d.ShareID = string(*r.ShareID)
 		}
-		if info.Type != dradriver.TypeMIG {
+		if info.Type != dranames.TypeMIG {
 			d.ID = info.GPU
 		}
 		d.PromisedMiB = info.MemoryMiB
-		if m, ok := r.ConsumedCapacity["memory"]; ok {
+		if m, ok := r.ConsumedCapacity[dranames.CapacityMemory]; ok {
 			d.PromisedMiB = m.Value() >> 20
 		}
-		if c, ok := r.ConsumedCapacity["compute"]; ok {
+		if c, ok := r.ConsumedCapacity[dranames.CapacityCompute]; ok {
 			d.ComputePercent = int(c.Value())
 		}
 		if sh.MemoryMiB > 0 {
@@ -193,13 +169,13 @@ func planClaim(claim *resourceapi.ResourceClaim, node string, table map[string]d
 		switch sh.Mode {
 		case "":
 			d.Mode = alloc.Exclusive
-			if info.Type == dradriver.TypeShared {
+			if info.Type == dranames.TypeShared {
 				d.Mode = alloc.TimeSlice
 			}
 		case alloc.Exclusive:
-			if info.Type == dradriver.TypeShared {
+			if info.Type == dranames.TypeShared {
 				return rec, fmt.Errorf("claim %s/%s: request %q: mode exclusive on shared device %s: use device class %s for a GPU alone",
-					claim.Namespace, claim.Name, r.Request, r.Device, dradriver.ClassGPU)
+					claim.Namespace, claim.Name, r.Request, r.Device, dranames.ClassGPU)
 			}
 			d.Mode = alloc.Exclusive
 		default:
@@ -210,10 +186,10 @@ func planClaim(claim *resourceapi.ResourceClaim, node string, table map[string]d
 			if d.ThreadPercent == 0 && d.ComputePercent > 0 {
 				d.ThreadPercent = d.ComputePercent
 			}
-			if d.PinnedMiB == 0 && info.Type == dradriver.TypeShared {
+			if d.PinnedMiB == 0 && info.Type == dranames.TypeShared {
 				d.PinnedMiB = d.PromisedMiB
 			}
-			if d.PinnedMiB > 0 && info.Type == dradriver.TypeShared && d.PinnedMiB > d.PromisedMiB {
+			if d.PinnedMiB > 0 && info.Type == dranames.TypeShared && d.PinnedMiB > d.PromisedMiB {
 				return rec, fmt.Errorf("claim %s/%s: request %q: pinned memory limit %d MiB is more than the %d MiB the claim was allocated on %s",
 					claim.Namespace, claim.Name, r.Request, d.PinnedMiB, d.PromisedMiB, r.Device)
 			}
@@ -221,7 +197,7 @@ func planClaim(claim *resourceapi.ResourceClaim, node string, table map[string]d
 		rec.Devices = append(rec.Devices, d)
 	}
 	if len(rec.Devices) == 0 {
-		return rec, fmt.Errorf("claim %s/%s: status.allocation.devices.results: no device of driver %s", claim.Namespace, claim.Name, dradriver.DriverName)
+		return rec, fmt.Errorf("claim %s/%s: status.allocation.devices.results: no device of driver %s", claim.Namespace, claim.Name, dranames.DriverName)
 	}
 	// One MPS pipe directory per process: a claim may use MPS on one
 	// device only.
@@ -281,7 +257,7 @@ func conflict(rec claimRecord, others map[string]*claimRecord) error {
 				if !overlaps(d, od) {
 					continue
 				}
-				if d.Type != dradriver.TypeShared || od.Type != dradriver.TypeShared {
+				if d.Type != dranames.TypeShared || od.Type != dranames.TypeShared {
 					return fmt.Errorf("claim %s/%s: device %s is held by claim %s/%s (%s)", rec.Namespace, rec.Name, d.Device, o.Namespace, o.Name, od.Device)
 				}
 				if d.Tenant != od.Tenant {
@@ -306,7 +282,7 @@ func overlaps(a, b preparedDevice) bool {
 	if a.GPU != b.GPU {
 		return false
 	}
-	aMIG, bMIG := a.Type == dradriver.TypeMIG, b.Type == dradriver.TypeMIG
+	aMIG, bMIG := a.Type == dranames.TypeMIG, b.Type == dranames.TypeMIG
 	if aMIG != bMIG {
 		return true // a whole GPU and an instance on it
 	}

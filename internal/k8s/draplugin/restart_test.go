@@ -21,7 +21,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
 )
 
@@ -169,7 +169,7 @@ func TestRestartMidPrepareAdoptsState(t *testing.T) {
 	onGPU := func(i int, profile string) string {
 		return `device.attributes["gpu.gpuslice.dev"].parentUUID == "` + gpus[i].UUID + `" && device.attributes["gpu.gpuslice.dev"].profile == "` + profile + `"`
 	}
-	a := c.claimPod(claimSpec{name: "mig-a", class: dradriver.ClassMIG, selector: onGPU(0, "3g.20gb")})
+	a := c.claimPod(claimSpec{name: "mig-a", class: dranames.ClassMIG, selector: onGPU(0, "3g.20gb")})
 	if got := allocatedDevice(a); got != "gpu-0-mig-3g-20gb-at-4" {
 		t.Fatalf("claim a allocated %s", got)
 	}
@@ -200,7 +200,7 @@ func TestRestartMidPrepareAdoptsState(t *testing.T) {
 	if g := hardware()[0]; len(g.Instances) != 1 {
 		t.Fatalf("after the second prepare GPU 0 holds %d instances: %+v", len(g.Instances), g.Instances)
 	}
-	b := c.claimPod(claimSpec{name: "mps-in-mig-b", class: dradriver.ClassMIG, selector: onGPU(1, "2g.10gb"),
+	b := c.claimPod(claimSpec{name: "mps-in-mig-b", class: dranames.ClassMIG, selector: onGPU(1, "2g.10gb"),
 		params: gpuConfig("MigDeviceConfig", map[string]any{"strategy": "MPS", "mpsConfig": map[string]any{"defaultActiveThreadPercentage": 30, "defaultPinnedDeviceMemoryLimit": "6Gi"}})})
 	if _, err := kl.prepare(c.ctx, b); err == nil {
 		t.Fatal("prepare of b answered although the driver was to crash")

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // RunOptions are what Run adds around a Driver.
@@ -203,7 +203,10 @@ func holdsTenantCopy(obj any, pool string) bool {
 		return false
 	}
 	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver == dradriver.DriverName && r.Pool == pool && strings.Contains(r.Device, "-shared-t-") {
+		if r.Driver != dranames.DriverName || r.Pool != pool {
+			continue
+		}
+		if name, err := dranames.ParseDeviceName(r.Device); err == nil && name.TenantHash != "" {
 			return true
 		}
 	}

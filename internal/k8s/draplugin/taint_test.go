@@ -19,6 +19,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
 )
 
@@ -108,7 +109,7 @@ func TestXIDTaintsDeviceAndItsPodIsRescheduled(t *testing.T) {
 
 	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "whole-gpu", Namespace: ns},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dradriver.ClassGPU}}}}}}}
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dranames.ClassGPU}}}}}}}
 	if _, err := cs.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -262,12 +263,12 @@ func boundPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, se
 func waitTaint(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string, idx int, value string, effect resourceapi.DeviceTaintEffect) {
 	t.Helper()
 	prefix := fmt.Sprintf("gpu-%d", idx)
-	waitFor(t, ctx, fmt.Sprintf("%s GPU %d tainted %s=%s:%s", node, idx, dradriver.TaintKey, value, effect), func() (bool, string) {
+	waitFor(t, ctx, fmt.Sprintf("%s GPU %d tainted %s=%s:%s", node, idx, dranames.TaintKey, value, effect), func() (bool, string) {
 		var got []string
 		ok, n := true, 0
 		for _, d := range nodeDevices(t, ctx, cs, node) {
 			mine := d.Name == prefix || strings.HasPrefix(d.Name, prefix+"-")
-			tainted := len(d.Taints) == 1 && d.Taints[0].Key == dradriver.TaintKey && d.Taints[0].Value == value &&
+			tainted := len(d.Taints) == 1 && d.Taints[0].Key == dranames.TaintKey && d.Taints[0].Value == value &&
 				d.Taints[0].Effect == effect && d.Taints[0].TimeAdded != nil
 			if mine {
 				n++

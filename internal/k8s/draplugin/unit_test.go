@@ -25,6 +25,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // testDriver is a Driver on simulated GPUs, not started: Prepare and
@@ -47,7 +48,7 @@ func testDriver(t *testing.T, spec fake.MachineSpec) (*Driver, *fake.Machine, st
 // allocated is a claim as the scheduler leaves it: device on node n1,
 // with consumed memory and opaque parameters.
 func allocated(uid, device, memory string, params string) *resourceapi.ResourceClaim {
-	r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: dradriver.DriverName, Pool: "n1", Device: device}
+	r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: dranames.DriverName, Pool: "n1", Device: device}
 	if memory != "" {
 		r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}
 		share := types.UID("share-" + uid)
@@ -59,7 +60,7 @@ func allocated(uid, device, memory string, params string) *resourceapi.ResourceC
 	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "pod-" + uid, UID: "p"}}
 	if params != "" {
 		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{Source: resourceapi.AllocationConfigSourceClaim,
-			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dradriver.DriverName, Parameters: runtime.RawExtension{Raw: []byte(params)}}}}}
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dranames.DriverName, Parameters: runtime.RawExtension{Raw: []byte(params)}}}}}
 	}
 	return c
 }
@@ -174,7 +175,7 @@ func TestCheckpointCarriesClaimsAcrossDrivers(t *testing.T) {
 func FuzzParseCheckpoint(f *testing.F) {
 	rec := map[string]*claimRecord{"u": {UID: "u", Namespace: "ns", Name: "c", State: statePrepared, Devices: []preparedDevice{{
 		Request: "gpu", Pool: "n1", Device: "gpu-0", ID: "GPU-5fd4d9a8-4c6d-4e0d-9a3b-7c1a1f2e3d4c", Mode: alloc.Exclusive,
-		deviceInfo: deviceInfo{Type: dradriver.TypeGPU, GPU: "GPU-5fd4d9a8-4c6d-4e0d-9a3b-7c1a1f2e3d4c"}}}}}
+		deviceInfo: deviceInfo{Type: dranames.TypeGPU, GPU: "GPU-5fd4d9a8-4c6d-4e0d-9a3b-7c1a1f2e3d4c"}}}}}
 	b, _ := json.Marshal(checkpoint{Version: 1, Node: "n1", Claims: rec})
 	f.Add(b)
 	f.Add([]byte(`{"version":1,"node":"n1","claims":{}}`))
@@ -202,7 +203,8 @@ func FuzzParseCheckpoint(f *testing.F) {
 
 // The watchdog of the standalone agent runs over prepared claims: a
 // process on a claim's MIG instance is its usage, exported per claim with
-// namespace, pod and claim labels.
+// namespace, pod and claim labels, and per slice with the server's labels
+// (slicemetrics): the GPU's uuid and the instance's GI id as DCGM has them.
 func TestUsageMetricsPerClaim(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB"}}}, fake.WithSeed(3))
@@ -229,9 +231,9 @@ func TestUsageMetricsPerClaim(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(d.Collector())
 	want := `
-# HELP gpuslice_slice_memory_used_bytes GPU memory the slice's processes use, at the watchdog's last pass (claims with one device on the node).
+# HELP gpuslice_slice_memory_used_bytes GPU memory a slice's processes use, as last measured (the agent's report, split equally among a claim's devices; on Kubernetes the watchdog's last pass, for claims with one device on the node).
 # TYPE gpuslice_slice_memory_used_bytes gauge
-gpuslice_slice_memory_used_bytes{GPU_I_ID="1",GPU_I_PROFILE="3g.20gb",Hostname="n1",UUID="` + gs[0].Instances[0].UUID + `",claim="c-m",device="gpu-0-mig-3g-20gb-at-4",gpu="0",modelName="NVIDIA A100-SXM4-40GB",namespace="ns",pod="ns/pod-m",request="gpu"} 5.24288e+09
+gpuslice_slice_memory_used_bytes{GPU_I_ID="1",GPU_I_PROFILE="3g.20gb",Hostname="n1",UUID="` + gs[0].UUID + `",claim="c-m",container="",device="gpu-0-mig-3g-20gb-at-4",gpu="0",modelName="NVIDIA A100-SXM4-40GB",namespace="ns",pod="ns/pod-m",request="gpu",slice="c-m/0",tenant="ns"} 5.24288e+09
 # HELP gpuslice_slice_claim_memory_mib_seconds_total GPU memory a claim's processes held, integrated over time (MiB × seconds).
 # TYPE gpuslice_slice_claim_memory_mib_seconds_total counter
 gpuslice_slice_claim_memory_mib_seconds_total{claim="c-m",namespace="ns",pod="ns/pod-m"} 50000
@@ -404,11 +406,11 @@ func TestTimeSliceLevelsPlan(t *testing.T) {
 		return preparedDevice{deviceInfo: deviceInfo{Type: typ, GPUIndex: gpuIdx, GPU: "GPU-" + string(rune('a'+gpuIdx))}, Mode: mode, Interval: interval}
 	}
 	claims := map[string]*claimRecord{
-		"a": {UID: "a", Devices: []preparedDevice{dev(0, alloc.TimeSlice, dradriver.TypeShared, "")}},
-		"b": {UID: "b", Devices: []preparedDevice{dev(0, alloc.TimeSlice, dradriver.TypeShared, "Medium")}},
-		"c": {UID: "c", Devices: []preparedDevice{dev(1, alloc.TimeSlice, dradriver.TypeShared, "")}},
-		"d": {UID: "d", Devices: []preparedDevice{dev(2, alloc.MPS, dradriver.TypeShared, "")}},
-		"e": {UID: "e", Devices: []preparedDevice{dev(3, alloc.Exclusive, dradriver.TypeMIG, "")}},
+		"a": {UID: "a", Devices: []preparedDevice{dev(0, alloc.TimeSlice, dranames.TypeShared, "")}},
+		"b": {UID: "b", Devices: []preparedDevice{dev(0, alloc.TimeSlice, dranames.TypeShared, "Medium")}},
+		"c": {UID: "c", Devices: []preparedDevice{dev(1, alloc.TimeSlice, dranames.TypeShared, "")}},
+		"d": {UID: "d", Devices: []preparedDevice{dev(2, alloc.MPS, dranames.TypeShared, "")}},
+		"e": {UID: "e", Devices: []preparedDevice{dev(3, alloc.Exclusive, dranames.TypeMIG, "")}},
 	}
 	got := timeSliceLevels(claims)
 	want := map[int]gpu.TimeSlice{0: gpu.TimeSliceMedium, 1: gpu.TimeSliceDefault}
@@ -437,7 +439,7 @@ func TestPrepareTenantCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a0, b0 := dradriver.SharedDeviceName(0, "team-a"), dradriver.SharedDeviceName(0, "team-b")
+	a0, b0 := dranames.SharedDeviceName(0, "team-a"), dranames.SharedDeviceName(0, "team-b")
 	if _, ok := d.table["gpu-0-shared"]; ok {
 		t.Fatal("an untainted shared device beside the tenants' copies")
 	}
@@ -450,7 +452,7 @@ func TestPrepareTenantCopies(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `serves tenant "team-a" through claim ns/c-a1; this claim is tenant "team-b"'s`) {
 		t.Fatalf("another tenant's copy of a held GPU: %v", err)
 	}
-	if _, err := d.Prepare(ctx, allocated("b2", dradriver.SharedDeviceName(1, "team-b"), "4Gi", "")); err != nil {
+	if _, err := d.Prepare(ctx, allocated("b2", dranames.SharedDeviceName(1, "team-b"), "4Gi", "")); err != nil {
 		t.Fatal(err)
 	}
 	again, err := New(ctx, cfg)
@@ -486,7 +488,7 @@ func TestSetTenantsWhilePreparing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	dev := dradriver.SharedDeviceName(1, "keep")
+	dev := dranames.SharedDeviceName(1, "keep")
 	if _, err := d.Prepare(ctx, allocated("held", dev, "2Gi", "")); err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +532,7 @@ func TestSetTenantsWhilePreparing(t *testing.T) {
 	copies := map[string]bool{}
 	for _, s := range d.Slices() {
 		for _, dv := range s.Spec.Devices {
-			if tn := dv.Attributes[dradriver.AttrTenant].StringValue; tn != nil {
+			if tn := dv.Attributes[dranames.AttrTenant].StringValue; tn != nil {
 				copies[*tn] = true
 			}
 		}
@@ -546,9 +548,9 @@ func TestHoldsTenantCopy(t *testing.T) {
 	claim := func(pool, device string) *resourceapi.ResourceClaim {
 		return &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
 			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-				Request: "gpu", Driver: dradriver.DriverName, Pool: pool, Device: device}}}}}}
+				Request: "gpu", Driver: dranames.DriverName, Pool: pool, Device: device}}}}}}
 	}
-	copyName := dradriver.SharedDeviceName(1, "team-a")
+	copyName := dranames.SharedDeviceName(1, "team-a")
 	for _, c := range []struct {
 		obj  any
 		want bool

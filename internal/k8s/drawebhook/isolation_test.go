@@ -23,6 +23,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // isolationCluster is a real kube-apiserver, the stock kube-scheduler,
@@ -88,7 +89,7 @@ func newIsolationCluster(t *testing.T, opts dradriver.Options, nodes, gpus int, 
 		if n.Labels == nil {
 			n.Labels = map[string]string{}
 		}
-		n.Labels[dradriver.TenantKey] = tenant
+		n.Labels[dranames.TenantKey] = tenant
 		if _, err := cs.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +143,7 @@ func newIsolationCluster(t *testing.T, opts dradriver.Options, nodes, gpus int, 
 func sharedClaim(ns, name, memory string) *resourceapi.ResourceClaim {
 	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
-			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dradriver.ClassShared, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dranames.ClassShared, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
 				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}}}}}}}}
 }
 
@@ -284,7 +285,7 @@ func TestStockSchedulerIsolatesTenants(t *testing.T) {
 	for _, cl := range claims.Items {
 		r := cl.Status.Allocation.Devices.Results[0]
 		tenant := c.tenantOf[cl.Namespace]
-		if suffix := strings.TrimPrefix(dradriver.SharedDeviceName(0, tenant), "gpu-0"); !strings.HasSuffix(r.Device, suffix) {
+		if suffix := strings.TrimPrefix(dranames.SharedDeviceName(0, tenant), "gpu-0"); !strings.HasSuffix(r.Device, suffix) {
 			t.Errorf("claim %s/%s (tenant %s) got device %s, not its tenant's copy", cl.Namespace, cl.Name, tenant, r.Device)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // PodPath is where the webhook answers AdmissionReviews for pods: it sets
@@ -16,10 +18,6 @@ import (
 // namespaceSelector (e.g. gpuslice.dev/scheduler: gpuslice-scheduler):
 // the AdmissionRequest does not carry the namespace's labels.
 const PodPath = "/mutate-pods"
-
-// GPUResource is the extended resource a pod written for NVIDIA's device
-// plugin asks for; the whole-GPU class serves it through DRA.
-const GPUResource = "nvidia.com/gpu"
 
 // SchedulePod decides one pod CREATE: a pod that asks for GPUs (resource
 // claims, or nvidia.com/gpu) and names no scheduler of its own (empty or
@@ -58,10 +56,10 @@ func asksForGPUs(pod *corev1.Pod) bool {
 	}
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for _, c := range cs {
-			if _, ok := c.Resources.Limits[GPUResource]; ok {
+			if _, ok := c.Resources.Limits[dranames.LegacyGPUResource]; ok {
 				return true
 			}
-			if _, ok := c.Resources.Requests[GPUResource]; ok {
+			if _, ok := c.Resources.Requests[dranames.LegacyGPUResource]; ok {
 				return true
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/scalezero"
 )
 
@@ -45,7 +46,7 @@ func ReadNamespace(cs kubernetes.Interface) NamespaceFunc {
 	return func(ctx context.Context, namespace string) (*corev1.Namespace, error) {
 		ns, err := cs.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("reading namespace %s for its %s and %s labels: %w", namespace, dradriver.TenantKey, dradriver.TenantCopiesKey, err)
+			return nil, fmt.Errorf("reading namespace %s for its %s and %s labels: %w", namespace, dranames.TenantKey, dranames.TenantCopiesKey, err)
 		}
 		return ns, nil
 	}
@@ -96,10 +97,10 @@ func AdmitClaim(req *admissionv1.AdmissionRequest, ns *corev1.Namespace, c Copie
 	for i, r := range spec.Devices.Requests {
 		f := fmt.Sprintf("%s.devices.requests[%d]", field, i)
 		switch {
-		case r.Exactly != nil && r.Exactly.DeviceClassName == dradriver.ClassShared:
+		case r.Exactly != nil && r.Exactly.DeviceClassName == dranames.ClassShared:
 			shared = append(shared, f+".exactly")
 		case len(r.FirstAvailable) > 0 && !slices.ContainsFunc(r.FirstAvailable, func(s resourceapi.DeviceSubRequest) bool {
-			return s.DeviceClassName != dradriver.ClassShared
+			return s.DeviceClassName != dranames.ClassShared
 		}):
 			shared = append(shared, f+".firstAvailable")
 		}
@@ -110,7 +111,7 @@ func AdmitClaim(req *admissionv1.AdmissionRequest, ns *corev1.Namespace, c Copie
 	return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden,
 		Reason: metav1.StatusReasonForbidden,
 		Message: fmt.Sprintf("%s: %s asks for %s, but %s, so no node publishes shared GPUs for its tenant %q and the claim would wait forever; %s",
-			dradriver.DriverName, strings.Join(shared, ", "), dradriver.ClassShared, why, dradriver.TenantOf(ns), dradriver.HowToEnableCopies(ns.Name))}}
+			dranames.DriverName, strings.Join(shared, ", "), dranames.ClassShared, why, dradriver.TenantOf(ns), dradriver.HowToEnableCopies(ns.Name))}}
 }
 
 // claimSpec decodes the spec of a ResourceClaim or ResourceClaimTemplate
@@ -170,11 +171,11 @@ func IsolateClaim(req *admissionv1.AdmissionRequest, tenant string) *admissionv1
 		return resp
 	}
 	if err := dradriver.CheckTenant(tenant); err != nil {
-		return deny(http.StatusUnprocessableEntity, fmt.Sprintf("%s: namespace %s: %v", dradriver.DriverName, req.Namespace, err))
+		return deny(http.StatusUnprocessableEntity, fmt.Sprintf("%s: namespace %s: %v", dranames.DriverName, req.Namespace, err))
 	}
 	patch, probs := tenantPatch(spec, tenant, field, path)
 	if len(probs) > 0 {
-		return deny(http.StatusForbidden, dradriver.DriverName+": "+strings.Join(probs, "; "))
+		return deny(http.StatusForbidden, dranames.DriverName+": "+strings.Join(probs, "; "))
 	}
 	if len(patch) > 0 {
 		raw, err := json.Marshal(patch)
@@ -205,7 +206,7 @@ func tenantPatch(spec *resourceapi.ResourceClaimSpec, tenant, field, path string
 		for k, t := range tols {
 			if why := foreignToleration(t, tenant); why != "" {
 				probs = append(probs, fmt.Sprintf("%s.tolerations[%d]: %s; a claim of namespace tenant %q may only tolerate %s=%s",
-					f, k, why, tenant, dradriver.TenantKey, tenant))
+					f, k, why, tenant, dranames.TenantKey, tenant))
 			}
 			has = has || (t.Key == want.Key && t.Operator != resourceapi.DeviceTolerationOpExists && t.Value == tenant &&
 				(t.Effect == "" || t.Effect == want.Effect))
@@ -237,10 +238,10 @@ func foreignToleration(t resourceapi.DeviceToleration, tenant string) string {
 	switch {
 	case t.Key == "" && exists:
 		return "operator Exists without a key tolerates every taint, other tenants' included"
-	case t.Key != dradriver.TenantKey:
+	case t.Key != dranames.TenantKey:
 		return ""
 	case exists:
-		return fmt.Sprintf("key %s with operator Exists tolerates every tenant", dradriver.TenantKey)
+		return fmt.Sprintf("key %s with operator Exists tolerates every tenant", dranames.TenantKey)
 	case t.Value != tenant:
 		return fmt.Sprintf("tolerates tenant %q", t.Value)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // applyPatch applies the JSON patch IsolateClaim makes (add of a new
@@ -124,14 +125,14 @@ func tol(key, op, value string) resourceapi.DeviceToleration {
 
 func TestIsolateClaim(t *testing.T) {
 	shared := func(tols ...resourceapi.DeviceToleration) *resourceapi.ResourceClaim {
-		c := claim("ns", "c", dradriver.ClassShared, "")
+		c := claim("ns", "c", dranames.ClassShared, "")
 		c.Spec.Devices.Requests[0].Exactly.Tolerations = tols
 		return c
 	}
-	firstAvailable := claim("ns", "fa", dradriver.ClassShared, "")
+	firstAvailable := claim("ns", "fa", dranames.ClassShared, "")
 	firstAvailable.Spec.Devices.Requests = append(firstAvailable.Spec.Devices.Requests, resourceapi.DeviceRequest{Name: "auto",
-		FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "mig", DeviceClassName: dradriver.ClassMIG},
-			{Name: "share", DeviceClassName: dradriver.ClassShared, Tolerations: []resourceapi.DeviceToleration{tol("example.com/flaky", "Exists", "")}}}})
+		FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "mig", DeviceClassName: dranames.ClassMIG},
+			{Name: "share", DeviceClassName: dranames.ClassShared, Tolerations: []resourceapi.DeviceToleration{tol("example.com/flaky", "Exists", "")}}}})
 	own := dradriver.TenantToleration("team-a")
 	cases := []struct {
 		name     string
@@ -143,19 +144,19 @@ func TestIsolateClaim(t *testing.T) {
 		{"no tolerations", "resourceclaims", shared(), "", 1},
 		{"another taint's toleration kept, own appended", "resourceclaims", shared(tol("example.com/flaky", "Exists", "")), "", 1},
 		{"own toleration already there", "resourceclaims", shared(own), "", 0},
-		{"own toleration without effect", "resourceclaims", shared(tol(dradriver.TenantKey, "Equal", "team-a")), "", 0},
+		{"own toleration without effect", "resourceclaims", shared(tol(dranames.TenantKey, "Equal", "team-a")), "", 0},
 		{"requests and subrequests", "resourceclaims", firstAvailable, "", 3},
 		{"template", "resourceclaimtemplates", &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "t"},
 			Spec: resourceapi.ResourceClaimTemplateSpec{Spec: firstAvailable.Spec}}, "", 3},
-		{"another tenant", "resourceclaims", shared(tol(dradriver.TenantKey, "Equal", "team-b")),
+		{"another tenant", "resourceclaims", shared(tol(dranames.TenantKey, "Equal", "team-b")),
 			`spec.devices.requests[0].exactly.tolerations[0]: tolerates tenant "team-b"; a claim of namespace tenant "team-a" may only tolerate gpuslice.dev/tenant=team-a`, 0},
-		{"every tenant", "resourceclaims", shared(tol(dradriver.TenantKey, "Exists", "")),
+		{"every tenant", "resourceclaims", shared(tol(dranames.TenantKey, "Exists", "")),
 			"tolerations[0]: key gpuslice.dev/tenant with operator Exists tolerates every tenant", 0},
 		{"every taint", "resourceclaims", shared(own, tol("", "Exists", "")),
 			"spec.devices.requests[0].exactly.tolerations[1]: operator Exists without a key tolerates every taint", 0},
 		{"template with another tenant in a subrequest", "resourceclaimtemplates", &resourceapi.ResourceClaimTemplate{
 			Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "r",
-				FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "s", DeviceClassName: dradriver.ClassShared, Tolerations: []resourceapi.DeviceToleration{tol(dradriver.TenantKey, "Equal", "x")}}}}}}}}},
+				FirstAvailable: []resourceapi.DeviceSubRequest{{Name: "s", DeviceClassName: dranames.ClassShared, Tolerations: []resourceapi.DeviceToleration{tol(dranames.TenantKey, "Equal", "x")}}}}}}}}},
 			`spec.spec.devices.requests[0].firstAvailable[0].tolerations[0]: tolerates tenant "x"`, 0},
 		{"not a claim", "deviceclasses", map[string]any{"spec": 1}, "", 0},
 		{"garbage", "resourceclaims", map[string]any{"spec": 1}, "ResourceClaim: json", 0},
@@ -202,7 +203,7 @@ func TestIsolateClaim(t *testing.T) {
 		})
 	}
 	// Updates, deletes and status pass untouched; a bad tenant is refused.
-	raw, _ := json.Marshal(shared(tol(dradriver.TenantKey, "Equal", "team-b")))
+	raw, _ := json.Marshal(shared(tol(dranames.TenantKey, "Equal", "team-b")))
 	for _, op := range []admissionv1.Operation{admissionv1.Update, admissionv1.Delete} {
 		r := IsolateClaim(&admissionv1.AdmissionRequest{Operation: op, Resource: metav1.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"},
 			Object: runtime.RawExtension{Raw: raw}}, "team-a")
@@ -220,8 +221,8 @@ func TestIsolateClaim(t *testing.T) {
 // toleration of another tenant's taint.
 func FuzzIsolateClaim(f *testing.F) {
 	for _, c := range []any{
-		claim("ns", "c", dradriver.ClassShared, goodMPS),
-		&resourceapi.ResourceClaimTemplate{Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claim("", "", dradriver.ClassGPU, "").Spec}},
+		claim("ns", "c", dranames.ClassShared, goodMPS),
+		&resourceapi.ResourceClaimTemplate{Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claim("", "", dranames.ClassGPU, "").Spec}},
 	} {
 		raw, _ := json.Marshal(c)
 		f.Add(raw, true)

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // v1beta1Claim is a ResourceClaim as resource.k8s.io/v1beta1 writes it:
@@ -22,11 +22,11 @@ import (
 // nothing and tolerates nothing. It tolerates team-b's taint.
 const v1beta1Claim = `{"apiVersion":"resource.k8s.io/v1beta1","kind":"ResourceClaim","metadata":{"namespace":"team-a","name":"sneaky"},
 "spec":{"devices":{"requests":[{"name":"gpu","deviceClassName":"shared.gpuslice.dev",
-"tolerations":[{"key":"` + dradriver.TenantKey + `","operator":"Equal","value":"team-b","effect":"NoSchedule"}]}]}}}`
+"tolerations":[{"key":"` + dranames.TenantKey + `","operator":"Equal","value":"team-b","effect":"NoSchedule"}]}]}}}`
 
 const v1beta1Template = `{"apiVersion":"resource.k8s.io/v1beta1","kind":"ResourceClaimTemplate","metadata":{"namespace":"team-a","name":"sneaky"},
 "spec":{"spec":{"devices":{"requests":[{"name":"gpu","deviceClassName":"shared.gpuslice.dev",
-"tolerations":[{"key":"` + dradriver.TenantKey + `","operator":"Exists"}]}]}}}}`
+"tolerations":[{"key":"` + dranames.TenantKey + `","operator":"Exists"}]}]}}}}`
 
 // The webhook decodes claims and templates as resource.k8s.io/v1 only: a
 // request of any other version (its resource or its kind) is refused,

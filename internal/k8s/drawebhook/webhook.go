@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/draconfig"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // Path is where the webhook answers AdmissionReviews.
@@ -27,12 +27,12 @@ const maxBody = 6 << 20
 // ("gpu", "shared", "mig"; "" for another driver's).
 func ClassType(name string) string {
 	switch name {
-	case dradriver.ClassGPU:
-		return dradriver.TypeGPU
-	case dradriver.ClassShared:
-		return dradriver.TypeShared
-	case dradriver.ClassMIG:
-		return dradriver.TypeMIG
+	case dranames.ClassGPU:
+		return dranames.TypeGPU
+	case dranames.ClassShared:
+		return dranames.TypeShared
+	case dranames.ClassMIG:
+		return dranames.TypeMIG
 	}
 	return ""
 }
@@ -89,7 +89,7 @@ func Review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	for i, p := range probs {
 		msgs[i] = p.Error()
 	}
-	return deny(http.StatusUnprocessableEntity, dradriver.DriverName+": "+strings.Join(msgs, "; "))
+	return deny(http.StatusUnprocessableEntity, dranames.DriverName+": "+strings.Join(msgs, "; "))
 }
 
 // unservedVersion says why a request for a ResourceClaim or
@@ -112,7 +112,7 @@ func unservedVersion(req *admissionv1.AdmissionRequest) string {
 		return ""
 	}
 	return fmt.Sprintf("%s: received %s; only %s is served: register the webhook with matchPolicy: Equivalent so the API server sends every version as %s",
-		dradriver.DriverName, got, v1, v1)
+		dranames.DriverName, got, v1, v1)
 }
 
 // Handler serves AdmissionReviews (admission.k8s.io/v1): claims on Path
@@ -134,7 +134,7 @@ func Handler(log *slog.Logger, schedulerName string, namespace NamespaceFunc, co
 			ns, err := namespace(r.Context(), req.Namespace)
 			if err != nil {
 				return &admissionv1.AdmissionResponse{UID: req.UID, Result: &metav1.Status{Status: metav1.StatusFailure,
-					Code: http.StatusServiceUnavailable, Message: dradriver.DriverName + ": " + err.Error()}}
+					Code: http.StatusServiceUnavailable, Message: dranames.DriverName + ": " + err.Error()}}
 			}
 			return AdmitClaim(req, ns, copies)
 		})(w, r)

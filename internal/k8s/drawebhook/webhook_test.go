@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 func claim(ns, name, class, params string) *resourceapi.ResourceClaim {
@@ -186,7 +187,7 @@ func pod(ns, name, scheduler string, claims bool, gpus bool) *corev1.Pod {
 		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &tmpl}}
 	}
 	if gpus {
-		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{GPUResource: resource.MustParse("1")}
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{dranames.LegacyGPUResource: resource.MustParse("1")}
 	}
 	return p
 }

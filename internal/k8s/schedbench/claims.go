@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // Workload is what each pod's claim asks for.
@@ -32,9 +33,9 @@ func Claim(shape Shape, w Workload, ns, name, tenant string) (*resourceapi.Resou
 	req := resourceapi.ExactDeviceRequest{AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
 	switch {
 	case shape == Gpuslice && w == Share:
-		req.DeviceClassName = dradriver.ClassShared
+		req.DeviceClassName = dranames.ClassShared
 	case shape == Gpuslice && w == Whole:
-		req.DeviceClassName = dradriver.ClassGPU
+		req.DeviceClassName = dranames.ClassGPU
 	case shape == NVIDIAShares && w == Share, shape != Gpuslice && shape != NVIDIAShares && w == Whole:
 		req.DeviceClassName = NVIDIAClass
 	default:

@@ -12,7 +12,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/admit"
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // gpusPod is a pod with one claim of count whole GPUs.
@@ -20,7 +20,7 @@ func gpusPod(t *testing.T, l *Ledger, ns, name string, count int64) *Pod {
 	t.Helper()
 	rc := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name)},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
-			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dradriver.ClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}}}}}
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dranames.ClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}}}}}
 	ac, err := draalloc.Translate(rc, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -176,8 +176,8 @@ func TestPrepareKeysByShape(t *testing.T) {
 	}
 	rc := p.Claims[0].DeepCopy()
 	rc.Spec.Devices.Requests[0] = resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
-		{Name: "whole", DeviceClassName: dradriver.ClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
-		{Name: "small", DeviceClassName: dradriver.ClassMIG, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}
+		{Name: "whole", DeviceClassName: dranames.ClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+		{Name: "small", DeviceClassName: dranames.ClassMIG, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}
 	ac, err := draalloc.Translate(rc, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // benchClaim is the i-th claim of the scale test's mix (internal/k8s/
@@ -25,15 +26,15 @@ func benchClaim(i int) *resourceapi.ResourceClaim {
 	}
 	switch k := i % 9; {
 	case k == 0:
-		req.DeviceClassName = dradriver.ClassGPU
+		req.DeviceClassName = dranames.ClassGPU
 	case k <= 6:
-		req.DeviceClassName = dradriver.ClassShared
+		req.DeviceClassName = dranames.ClassShared
 		mem := []string{"4Gi", "10Gi", "20Gi"}[(k-1)%3]
 		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(mem)}}
 	case k == 7:
-		req.DeviceClassName, req.Selectors = dradriver.ClassMIG, prof("3g.20gb")
+		req.DeviceClassName, req.Selectors = dranames.ClassMIG, prof("3g.20gb")
 	default:
-		req.DeviceClassName, req.Selectors = dradriver.ClassMIG, prof("1g.5gb")
+		req.DeviceClassName, req.Selectors = dranames.ClassMIG, prof("1g.5gb")
 	}
 	ns, name := fmt.Sprintf("team-%d", i%5), fmt.Sprintf("p-%d", i)
 	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name)},

@@ -12,6 +12,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // publish gives the ledger a node of n A100-40GB, as the driver publishes.
@@ -35,7 +36,7 @@ func wholeGPU(t *testing.T, l *Ledger, ns, name string) *Pod {
 	t.Helper()
 	rc := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name)},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
-			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dradriver.ClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}
+			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dranames.ClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}
 	ac, err := draalloc.Translate(rc, 0)
 	if err != nil {
 		t.Fatal(err)

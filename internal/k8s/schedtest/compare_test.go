@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // clusterTimeout bounds one cluster's test (the opt-in 500-node run
@@ -35,12 +35,12 @@ func mix(n int, isolation string) []podSpec {
 		k++
 	}
 	for range n {
-		add(podSpec{class: dradriver.ClassGPU})
+		add(podSpec{class: dranames.ClassGPU})
 		for _, m := range []string{"4Gi", "10Gi", "20Gi", "4Gi", "10Gi", "20Gi"} {
-			add(podSpec{class: dradriver.ClassShared, memory: m})
+			add(podSpec{class: dranames.ClassShared, memory: m})
 		}
-		add(podSpec{class: dradriver.ClassMIG, selector: prof("3g.20gb")})
-		add(podSpec{class: dradriver.ClassMIG, selector: prof("1g.5gb")})
+		add(podSpec{class: dranames.ClassMIG, selector: prof("3g.20gb")})
+		add(podSpec{class: dranames.ClassMIG, selector: prof("1g.5gb")})
 	}
 	return out
 }

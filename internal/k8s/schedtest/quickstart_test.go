@@ -31,6 +31,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/draalloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
@@ -281,7 +282,7 @@ func (e *qsEnv) run(t *testing.T, prefix, file string, s *qsScheduler, gh200 boo
 	}
 	for _, c := range r.claims {
 		for _, res := range c.Status.Allocation.Devices.Results {
-			if res.Driver != dradriver.DriverName {
+			if res.Driver != dranames.DriverName {
 				t.Errorf("claim %s: device %s/%s of driver %s", c.Name, res.Pool, res.Device, res.Driver)
 			}
 			if r.attrs[res.Pool+"/"+res.Device] == nil {
@@ -472,7 +473,7 @@ func (r *qsRun) wholeGPUs(t *testing.T, entry string, want int) []resourceapi.De
 		if len(res) != 1 {
 			t.Fatalf("pod %s: claim %s has %d devices, want 1", p.Name, c.Name, len(res))
 		}
-		if typ := r.attr(res[0], "type"); typ != dradriver.TypeGPU {
+		if typ := r.attr(res[0], "type"); typ != dranames.TypeGPU {
 			t.Errorf("pod %s: device %s is of type %q, want a whole GPU", p.Name, res[0].Device, typ)
 		}
 		k := res[0].Pool + "/" + res[0].Device
@@ -513,7 +514,7 @@ func checkTest3(t *testing.T, r *qsRun) {
 	}
 	c := r.claims[0]
 	res := c.Status.Allocation.Devices.Results
-	if len(res) != 1 || r.attr(res[0], "type") != dradriver.TypeGPU {
+	if len(res) != 1 || r.attr(res[0], "type") != dranames.TypeGPU {
 		t.Fatalf("claim %s: %+v, want one whole GPU", c.Name, res)
 	}
 	for _, p := range r.pods {
@@ -547,7 +548,7 @@ func checkTest4(t *testing.T, r *qsRun) {
 		}
 		parent := r.attr(res[0], "parentUUID")
 		for _, d := range res {
-			if got := r.attr(d, "profile"); got != want[d.Request] || r.attr(d, "type") != dradriver.TypeMIG {
+			if got := r.attr(d, "profile"); got != want[d.Request] || r.attr(d, "type") != dranames.TypeMIG {
 				t.Errorf("claim %s request %s: device %s of profile %q, want MIG %s", c.Name, d.Request, d.Device, got, want[d.Request])
 			}
 			if pu := r.attr(d, "parentUUID"); pu != parent || pu == "" {
@@ -579,13 +580,13 @@ func checkTest5(t *testing.T, r *qsRun) {
 	}
 	c := r.claims[0]
 	res := c.Status.Allocation.Devices.Results
-	if len(res) != 2 || res[0].Device == res[1].Device || r.attr(res[0], "type") != dradriver.TypeGPU || r.attr(res[1], "type") != dradriver.TypeGPU {
+	if len(res) != 2 || res[0].Device == res[1].Device || r.attr(res[0], "type") != dranames.TypeGPU || r.attr(res[1], "type") != dranames.TypeGPU {
 		t.Fatalf("claim %s: %+v, want two distinct whole GPUs", c.Name, res)
 	}
 	strategy := map[string]string{}
 	for _, cfg := range c.Status.Allocation.Devices.Config {
-		if cfg.Opaque == nil || cfg.Opaque.Driver != dradriver.DriverName {
-			t.Errorf("claim %s: config %+v, want opaque for %s", c.Name, cfg, dradriver.DriverName)
+		if cfg.Opaque == nil || cfg.Opaque.Driver != dranames.DriverName {
+			t.Errorf("claim %s: config %+v, want opaque for %s", c.Name, cfg, dranames.DriverName)
 			continue
 		}
 		var gc struct {
@@ -650,8 +651,8 @@ func (r *qsRun) extendedClaim(t *testing.T, resourceName string) resourceapi.Dev
 
 // extended-gpu-full: nvidia.com/gpu: 1 is one whole GPU.
 func checkGPUFull(t *testing.T, r *qsRun) {
-	res := r.extendedClaim(t, dradriver.LegacyGPUResource)
-	if typ := r.attr(res, "type"); typ != dradriver.TypeGPU {
+	res := r.extendedClaim(t, dranames.LegacyGPUResource)
+	if typ := r.attr(res, "type"); typ != dranames.TypeGPU {
 		t.Errorf("device %s is of type %q, want a whole GPU", res.Device, typ)
 	}
 }
@@ -660,7 +661,7 @@ func checkGPUFull(t *testing.T, r *qsRun) {
 // device (on the GH200 node).
 func checkMIG1g12gb(t *testing.T, r *qsRun) {
 	res := r.extendedClaim(t, "nvidia.com/mig-1g.12gb")
-	if typ, prof := r.attr(res, "type"), r.attr(res, "profile"); typ != dradriver.TypeMIG || prof != "1g.12gb" {
+	if typ, prof := r.attr(res, "type"), r.attr(res, "profile"); typ != dranames.TypeMIG || prof != "1g.12gb" {
 		t.Errorf("device %s is %s %q, want MIG 1g.12gb", res.Device, typ, prof)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
@@ -82,14 +82,14 @@ func TestNamespaceQuota(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, name := range names {
 		wg.Go(func() {
-			if err := c.TryCreateClaimPod(podSpec{ns: "quota-a", name: name, class: dradriver.ClassShared, memory: "4Gi"}.claimPod()); err != nil {
+			if err := c.TryCreateClaimPod(podSpec{ns: "quota-a", name: name, class: dranames.ClassShared, memory: "4Gi"}.claimPod()); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	for i := range 8 {
 		wg.Go(func() {
-			if err := c.TryCreateClaimPod(podSpec{ns: "quota-b", name: fmt.Sprintf("free-%d", i), class: dradriver.ClassShared, memory: "4Gi"}.claimPod()); err != nil {
+			if err := c.TryCreateClaimPod(podSpec{ns: "quota-b", name: fmt.Sprintf("free-%d", i), class: dranames.ClassShared, memory: "4Gi"}.claimPod()); err != nil {
 				t.Error(err)
 			}
 		})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
@@ -54,16 +55,16 @@ func TestReserveAfterHoldsANodeForAStarvingPod(t *testing.T) {
 		}
 	}
 	c.AddNode("reserve-one", "A100-40GB", 1)
-	c.create(podSpec{ns: ns, name: "small-0", class: dradriver.ClassShared, memory: "4Gi"})
+	c.create(podSpec{ns: ns, name: "small-0", class: dranames.ClassShared, memory: "4Gi"})
 	c.bound(ns, "small-0")
-	c.create(podSpec{ns: ns, name: "big", class: dradriver.ClassGPU})
+	c.create(podSpec{ns: ns, name: "big", class: dranames.ClassGPU})
 	c.unschedulable(ns, "big")
 	// Before reserveAfter a share may still join the shared GPU.
-	c.create(podSpec{ns: ns, name: "small-1", class: dradriver.ClassShared, memory: "4Gi"})
+	c.create(podSpec{ns: ns, name: "small-1", class: dranames.ClassShared, memory: "4Gi"})
 	c.bound(ns, "small-1")
 	time.Sleep(3 * time.Second)
 	// Past it, the big pod's next attempt holds the node.
-	c.create(podSpec{ns: ns, name: "small-2", class: dradriver.ClassShared, memory: "4Gi"})
+	c.create(podSpec{ns: ns, name: "small-2", class: dranames.ClassShared, memory: "4Gi"})
 	testkit.Eventually(t, time.Minute, "small-2 kept out by the hold", func() (bool, string) {
 		msg := c.unschedulable(ns, "small-2")
 		return strings.Contains(msg, "node reserve-one is held for GPU pod reserve-a/big"), fmt.Sprintf("small-2 kept out with %q, want the hold named", msg)

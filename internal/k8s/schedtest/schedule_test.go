@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
+	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
 // Shares of GPU memory from three namespaces are bound by
@@ -25,7 +25,7 @@ func TestFractionalPodsOfSeveralNamespaces(t *testing.T) {
 	}
 	for _, ns := range nss {
 		for i := range 4 {
-			c.create(podSpec{ns: ns, name: fmt.Sprintf("share-%d", i), class: dradriver.ClassShared, memory: "4Gi"})
+			c.create(podSpec{ns: ns, name: fmt.Sprintf("share-%d", i), class: dranames.ClassShared, memory: "4Gi"})
 		}
 	}
 	for _, ns := range nss {
@@ -71,11 +71,11 @@ func TestImpossiblePodIsExplained(t *testing.T) {
 	c := ownControlPlane(t, apitest.GpusliceSchedulerBinary(t), "", "team-a", "team-b")
 	c.AddNode("small", "T4", 1)
 	c.AddNode("big", "A100-40GB", 1)
-	c.create(podSpec{ns: "team-a", name: "holder", class: dradriver.ClassShared, memory: "20Gi"})
+	c.create(podSpec{ns: "team-a", name: "holder", class: dranames.ClassShared, memory: "20Gi"})
 	if n := c.bound("team-a", "holder"); n != "big" {
 		t.Fatalf("20Gi share on %s, want big (a T4 has 15Gi)", n)
 	}
-	c.create(podSpec{ns: "team-b", name: "too-big", class: dradriver.ClassShared, memory: "18Gi"})
+	c.create(podSpec{ns: "team-b", name: "too-big", class: dranames.ClassShared, memory: "18Gi"})
 	msg := c.unschedulable("team-b", "too-big")
 	// The A100's only GPU is shared by team-a: the allocator's reason for
 	// that node is that its GPU is held by other claims (tenant
@@ -109,10 +109,10 @@ func TestMIGClaimUsesIdleRegion(t *testing.T) {
 	c := sharedCluster(t, "mig", "mig-a", "mig-b")
 	c.AddNode("mig-a100", "A100-40GB", 2)
 	prof := func(p string) string { return `device.attributes["gpu.gpuslice.dev"].profile == "` + p + `"` }
-	c.create(podSpec{ns: "mig-a", name: "three", class: dradriver.ClassMIG, selector: prof("3g.20gb")})
+	c.create(podSpec{ns: "mig-a", name: "three", class: dranames.ClassMIG, selector: prof("3g.20gb")})
 	c.bound("mig-a", "three")
 	first := c.claim("mig-a", "three").Status.Allocation.Devices.Results[0].Device
-	c.create(podSpec{ns: "mig-b", name: "four", class: dradriver.ClassMIG, selector: prof("4g.20gb")})
+	c.create(podSpec{ns: "mig-b", name: "four", class: dranames.ClassMIG, selector: prof("4g.20gb")})
 	c.bound("mig-b", "four")
 	second := c.claim("mig-b", "four").Status.Allocation.Devices.Results[0].Device
 	gpu := strings.SplitN(first, "-mig-", 2)[0]
@@ -137,9 +137,9 @@ func TestPreemptionOfALowerPriorityGPUPod(t *testing.T) {
 	c.priorityClass("preempt-low", 1)
 	c.priorityClass("preempt-high", 1000)
 	c.AddNode("preempt-one", "L4", 1)
-	c.create(podSpec{ns: ns, name: "low", class: dradriver.ClassGPU, priority: "preempt-low"})
+	c.create(podSpec{ns: ns, name: "low", class: dranames.ClassGPU, priority: "preempt-low"})
 	c.bound(ns, "low")
-	c.create(podSpec{ns: ns, name: "high", class: dradriver.ClassGPU, priority: "preempt-high"})
+	c.create(podSpec{ns: ns, name: "high", class: dranames.ClassGPU, priority: "preempt-high"})
 	// The victim goes; play the resourceclaim controller: a claim
 	// reserved for a deleted pod is deallocated.
 	c.Eventually("the low-priority pod to be preempted", func() (bool, string) {
@@ -169,15 +169,15 @@ func TestRestartMidStream(t *testing.T) {
 	for i := range 8 {
 		c.AddNode(fmt.Sprintf("restart-%d", i), "A100-40GB", 2)
 	}
-	classes := []string{dradriver.ClassShared, dradriver.ClassMIG, dradriver.ClassGPU}
+	classes := []string{dranames.ClassShared, dranames.ClassMIG, dranames.ClassGPU}
 	make := func(from, to int) {
 		for i := from; i < to; i++ {
 			ns := nss[i%2]
 			p := podSpec{ns: ns, name: fmt.Sprintf("p-%d", i), class: classes[i%3]}
 			switch p.class {
-			case dradriver.ClassShared:
+			case dranames.ClassShared:
 				p.memory = "6Gi"
-			case dradriver.ClassMIG:
+			case dranames.ClassMIG:
 				p.selector = `device.attributes["gpu.gpuslice.dev"].profile == "2g.10gb"`
 			}
 			c.create(p)

@@ -85,7 +85,7 @@ type Violation struct {
 }
 
 // Usage is what one claim used since the previous Watch. Its fields match
-// server.UsageSample's, so server.UsageSample(u) converts it.
+// api.UsageSample's, so api.UsageSample(u) converts it.
 type Usage struct {
 	Claim string
 	// GPUSeconds counts, for each of the claim's devices on which one of
