@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
+	"github.com/gpuslice/gpuslice/internal/k8s/controlplane"
 	"github.com/gpuslice/gpuslice/internal/k8s/schedbench"
 )
 
@@ -56,7 +56,7 @@ WORKLOAD is share (a 4Gi memory share) or whole (a whole GPU).`,
 			}
 			var dirs []string
 			if len(kube) == 0 {
-				dirs = append(dirs, apitest.BinDir())
+				dirs = append(dirs, controlplane.BinDir())
 			}
 			for _, k := range kube {
 				dir := k
@@ -64,15 +64,15 @@ WORKLOAD is share (a 4Gi memory share) or whole (a whole GPU).`,
 					if !strings.HasPrefix(k, "v1.") {
 						return fmt.Errorf("--kubernetes %q: want a version such as v1.37.2 (built by scripts/controlplane.sh) or a directory holding its binaries", k)
 					}
-					dir = apitest.BinDirFor(k)
+					dir = controlplane.BinDirFor(k)
 				}
-				if err := apitest.Built(dir); err != nil {
+				if err := controlplane.Built(dir); err != nil {
 					return fmt.Errorf("--kubernetes %s: %w (build it with scripts/controlplane.sh)", k, err)
 				}
 				dirs = append(dirs, dir)
 			}
-			if err := apitest.Built(dirs[0]); err != nil {
-				return fmt.Errorf("%w: build the control plane with scripts/controlplane.sh, or set %s", err, apitest.EnvBinDir)
+			if err := controlplane.Built(dirs[0]); err != nil {
+				return fmt.Errorf("%w: build the control plane with scripts/controlplane.sh, or set %s", err, controlplane.EnvBinDir)
 			}
 			var cs []schedbench.Case
 			for _, c := range cases {
@@ -124,7 +124,7 @@ WORKLOAD is share (a 4Gi memory share) or whole (a whole GPU).`,
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&nodes, "nodes", []string{"50"}, "node counts, each a run of every case (e.g. 50,200,500)")
-	f.StringSliceVar(&kube, "kubernetes", nil, "Kubernetes releases (v1.36.3, v1.37.2: scripts/controlplane.sh VERSION builds them into the cache) or directories of binaries (default: apitest's: $"+apitest.EnvBinDir+", else the cache's $"+apitest.EnvVersion+", else "+apitest.DefaultKubernetesVersion+")")
+	f.StringSliceVar(&kube, "kubernetes", nil, "Kubernetes releases (v1.36.3, v1.37.2: scripts/controlplane.sh VERSION builds them into the cache) or directories of binaries (default: apitest's: $"+controlplane.EnvBinDir+", else the cache's $"+controlplane.EnvVersion+", else "+controlplane.DefaultKubernetesVersion+")")
 	f.StringSliceVar(&cases, "cases", nil, "SHAPE/WORKLOAD[/copies] cases (default: all, see above)")
 	f.IntVar(&pods, "pods", 500, "pods per case (capped at what the nodes hold)")
 	f.IntVar(&tenants, "tenants", 10, "namespaces the pods come from (and tenants with copies)")

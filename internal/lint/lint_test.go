@@ -308,3 +308,26 @@ func TestEachMetricIsDeclaredOnce(t *testing.T) {
 		}
 	}
 }
+
+// The binaries link no test kit: `testing`, internal/testkit and the
+// Kubernetes test harnesses (apitest, nodetest) stay out of cmd/gpuslice
+// (`gpuslice bench scheduler` starts its control plane through
+// internal/k8s/controlplane, which imports no testing).
+func TestBinariesLinkNoTestKit(t *testing.T) {
+	forbidden := []string{"testing", module + "/internal/testkit", module + "/internal/k8s/apitest", module + "/internal/k8s/nodetest"}
+	found := false
+	for _, p := range packages(t) {
+		if p.Name != "main" || !strings.HasPrefix(p.ImportPath, module+"/cmd/") {
+			continue
+		}
+		found = true
+		for _, f := range forbidden {
+			if slices.Contains(p.Deps, f) {
+				t.Errorf("%s links %s", p.ImportPath, f)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("found no binary under cmd/; the test no longer sees them")
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // GroupLabel is the Node label a Cluster with a Group puts on its nodes
@@ -434,23 +435,8 @@ func (c *Cluster) Eventually(what string, cond func() (bool, string)) {
 	}
 }
 
-// Poll calls cond until it reports true or ctx ends (5 ms at first,
-// backing off to 200 ms); the error then holds what cond last said.
+// Poll calls cond until it reports true or ctx ends: testkit.Wait, for
+// harness code that returns errors.
 func Poll(ctx context.Context, cond func() (bool, string)) error {
-	delay := 5 * time.Millisecond
-	for {
-		ok, last := cond()
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if last == "" {
-				last = "condition never held"
-			}
-			return fmt.Errorf("%s (%w)", last, ctx.Err())
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 200*time.Millisecond)
-	}
+	return testkit.Wait(ctx, cond)
 }

@@ -3,18 +3,9 @@
 // OpenAPI schemas, strict field validation, CRD schemas and CEL rules,
 // admission, and every served version of resource.k8s.io.
 //
-// The binaries are not built by `go test`. scripts/controlplane.sh builds
-// etcd, kube-apiserver, kube-scheduler and kube-controller-manager of one
-// Kubernetes release from the Go module proxy (in the separate tools
-// module test/controlplane, so this module never depends on
-// k8s.io/kubernetes) and copies the Karpenter NodePool/NodeClaim CRDs next to
-// them, in ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/VERSION/. The
-// release is v1.36.3 unless GPUSLICE_K8S_VERSION names another of
-// [SupportedVersions] (v1.37.2: `K8S_VERSION=v1.37.2 scripts/controlplane.sh`);
-// it picks the directory, the feature gates ([FeatureGatesFor]) and the
-// gpuslice-scheduler binary, and [Server.Version] is what the running API
-// server reports, for tests whose expectations differ by release. Set
-// GPUSLICE_K8S_BIN to use another directory holding the same files.
+// The control plane is internal/k8s/controlplane's (which binaries, which
+// release, how they start); apitest ties it to tests and re-exports its
+// names, so a test needs one import.
 //
 // When the binaries are missing, [Start] skips the test, so `go test ./...`
 // passes on a machine that never built them. With GPUSLICE_REQUIRE_APISERVER=1

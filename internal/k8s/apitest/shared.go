@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/gpuslice/gpuslice/internal/k8s/controlplane"
 )
 
 // One control plane per test package: Shared starts it on first use and
@@ -153,7 +155,7 @@ func SharedScheduler(t testing.TB, srv *Server, opts SchedulerOptions) *Schedule
 		s = &sharedScheduler{}
 		s.dir, s.err = os.MkdirTemp("", "apitest-scheduler-")
 		if s.err == nil {
-			s.sched, s.err = startScheduler(context.Background(), srv, s.dir, opts)
+			s.sched, s.err = controlplane.LaunchScheduler(context.Background(), srv, s.dir, opts)
 		}
 		shared.schedulers[key] = s
 	}

@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
+	"github.com/gpuslice/gpuslice/internal/k8s/controlplane"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 )
 
@@ -111,7 +111,7 @@ type Config struct {
 	Model string
 	GPUs  int
 	// Kubernetes are the control planes to run, each a directory holding
-	// etcd, kube-apiserver and kube-scheduler (apitest's layout).
+	// etcd, kube-apiserver and kube-scheduler (controlplane's layout).
 	Kubernetes []string
 	// Cases are the measurements on each control plane (DefaultCases).
 	Cases []Case
@@ -127,7 +127,7 @@ type Config struct {
 	// case (ProfileSeconds long, from the tenth bind).
 	ProfileDir     string
 	ProfileSeconds int
-	// AllGates runs the control planes with apitest's feature gates
+	// AllGates runs the control planes with controlplane's feature gates
 	// (every DRA gate, alpha ones too) instead of each release's
 	// defaults (OffByDefault switched back off).
 	AllGates bool
@@ -140,7 +140,7 @@ type Config struct {
 // Result is one case on one control plane.
 type Result struct {
 	Kubernetes   string  `json:"kubernetes"`
-	Gates        string  `json:"featureGates"` // "defaults" or "all" (apitest's)
+	Gates        string  `json:"featureGates"` // "defaults" or "all" (controlplane's)
 	Nodes        int     `json:"nodes"`
 	Shape        Shape   `json:"shape"`
 	Workload     string  `json:"workload"`
@@ -199,7 +199,7 @@ func (c *Config) defaults() error {
 }
 
 // Version is the kube-scheduler version in dir ("kube-scheduler --version"),
-// the release apitest starts the control plane as (its feature gates).
+// the release controlplane starts the control plane as (its feature gates).
 func Version(dir string) string {
 	out, err := exec.Command(filepath.Join(dir, "kube-scheduler"), "--version").Output()
 	if err != nil {
@@ -292,20 +292,20 @@ func runCase(ctx context.Context, cfg Config, dir, version string, c Case) (Resu
 		return r, err
 	}
 	defer os.RemoveAll(tmp)
-	// A loopback API server (apitest turns the endpoint reconciler off
+	// A loopback API server (controlplane turns the endpoint reconciler off
 	// for it, which 1.37 requires).
-	opts := apitest.Options{Version: version}
+	opts := controlplane.Options{Version: version}
 	if !cfg.AllGates {
 		opts.ExtraFeatureGates = offByDefault(version)
 	}
-	srv, stop, err := apitest.Launch(ctx, dir, tmp, opts)
+	srv, stop, err := controlplane.Launch(ctx, dir, tmp, opts)
 	defer stop()
 	if err != nil {
 		return r, err
 	}
 	rc := rest.CopyConfig(srv.Config)
 	// Creating thousands of objects on a busy machine: no client-side
-	// throttling (apitest's config carries a rate limiter), a longer
+	// throttling (controlplane's config carries a rate limiter), a longer
 	// timeout.
 	rc.QPS, rc.Burst, rc.RateLimiter, rc.Timeout = 2000, 4000, nil, 2*time.Minute
 	cs, err := kubernetes.NewForConfig(rc)
@@ -379,7 +379,7 @@ func runCase(ctx context.Context, cfg Config, dir, version string, c Case) (Resu
 	if cfg.ProfileDir != "" {
 		args = append(args, "--profiling=true", "--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*")
 	}
-	sched, err := apitest.LaunchScheduler(ctx, srv, tmp, apitest.SchedulerOptions{Args: args})
+	sched, err := controlplane.LaunchScheduler(ctx, srv, tmp, controlplane.SchedulerOptions{Args: args})
 	if sched != nil {
 		defer sched.Stop()
 	}
@@ -466,7 +466,7 @@ loop:
 	return r, nil
 }
 
-// OffByDefault are the DRA feature gates apitest switches on that a
+// OffByDefault are the DRA feature gates controlplane switches on that a
 // release has off by default (its alpha gates, and 1.36's
 // DRADeviceTaintRules), by minor version: some switch the scheduler to
 // the allocator's experimental code (DRADeviceCompatibilityGroups) or

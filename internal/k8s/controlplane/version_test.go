@@ -1,4 +1,4 @@
-package apitest
+package controlplane
 
 import (
 	"os"
@@ -53,11 +53,11 @@ func TestSelectedVersion(t *testing.T) {
 		t.Errorf("BinDir() = %q, want .../k8s/v1.37.2", got)
 	}
 	// A release scripts/controlplane.sh cannot build is an error naming
-	// the variable and what is supported, not a quiet fallback.
+	// the variable and what is Supported, not a quiet fallback.
 	t.Setenv(EnvVersion, "v1.35.0")
 	_, err := SelectedVersion()
 	if err == nil || !strings.Contains(err.Error(), EnvVersion) || !strings.Contains(err.Error(), "v1.37.2") {
-		t.Errorf("v1.35.0: %v, want an error naming %s and the supported versions", err, EnvVersion)
+		t.Errorf("v1.35.0: %v, want an error naming %s and the Supported versions", err, EnvVersion)
 	}
 	if o := (Options{}).withDefaults(); o.Version != "v1.35.0" {
 		t.Errorf("withDefaults kept %q, want the unsupported value for Launch to report", o.Version)

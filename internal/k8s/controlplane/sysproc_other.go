@@ -1,15 +1,15 @@
 //go:build !linux
 
-package apitest
+package controlplane
 
 import (
 	"errors"
 	"syscall"
 )
 
-// supported reports whether Start can run the control plane on this OS: the
+// Supported reports whether Start can run the control plane on this OS: the
 // cached binaries are Linux builds, so elsewhere Start skips.
-const supported = false
+const Supported = false
 
 func sysProcAttr() *syscall.SysProcAttr { return nil }
 

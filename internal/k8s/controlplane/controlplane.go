@@ -1,4 +1,4 @@
-package apitest
+package controlplane
 
 import (
 	"bytes"
@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -83,7 +82,7 @@ type Server struct {
 // BinDir returns the directory Start looks in: $GPUSLICE_K8S_BIN if set,
 // else ${GPUSLICE_CACHE:-$HOME/.cache/gpuslice}/k8s/VERSION for the
 // release SelectedVersion names (v1.36.3 by default; for a version that is
-// not supported, the directory it would have).
+// not Supported, the directory it would have).
 func BinDir() string {
 	if d := os.Getenv(EnvBinDir); d != "" {
 		return d
@@ -108,14 +107,14 @@ func BinDirFor(version string) string {
 // Built says why dir cannot run a control plane (nil when it can): the
 // files it lacks.
 func Built(dir string) error {
-	if why := missingFiles(dir); why != "" {
+	if why := Missing(dir); why != "" {
 		return errors.New(why)
 	}
 	return nil
 }
 
-// missingFiles returns what dir lacks of requiredFiles ("" when complete).
-func missingFiles(dir string) string {
+// Missing returns what dir lacks of requiredFiles ("" when complete).
+func Missing(dir string) string {
 	if dir == "" {
 		return "no home directory and " + EnvBinDir + " is unset"
 	}
@@ -197,63 +196,12 @@ func (o Options) FeatureGates() string {
 	return gates + "," + o.ExtraFeatureGates
 }
 
-// Start launches etcd and kube-apiserver for the test, waits until the API
-// server is ready and the Karpenter CRDs are established, and stops both
-// when the test and its subtests end. If the binaries have not been built
-// it skips the test, or fails it when GPUSLICE_REQUIRE_APISERVER=1.
-func Start(t testing.TB) *Server {
-	t.Helper()
-	return StartWith(t, Options{})
-}
-
-// StartWith is Start with options.
-func StartWith(t testing.TB, opts Options) *Server {
-	t.Helper()
-	dir := BinDir()
-	if opts.Version != "" && os.Getenv(EnvBinDir) == "" {
-		dir = BinDirFor(opts.Version)
-	}
-	SkipUnlessBuilt(t, dir)
-	s, stop, err := Launch(t.Context(), dir, t.TempDir(), opts)
-	// Stop whatever started, even on error; apiserver before etcd.
-	t.Cleanup(func() {
-		logs := stop()
-		if t.Failed() {
-			t.Log(logs)
-		}
-	})
-	if err != nil {
-		t.Fatalf("apitest: %v", err)
-	}
-	return s
-}
-
-// SkipUnlessBuilt skips t (or fails it when GPUSLICE_REQUIRE_APISERVER=1)
-// when dir lacks the control plane's binaries.
-func SkipUnlessBuilt(t testing.TB, dir string) {
-	t.Helper()
-	if _, err := SelectedVersion(); err != nil {
-		t.Fatal("apitest: ", err) // a typo must not skip every test
-	}
-	why := missingFiles(dir)
-	if why == "" && !supported {
-		why = "the control plane runs only on Linux"
-	}
-	if why != "" {
-		msg := "kube-apiserver not built: run scripts/controlplane.sh (" + why + ")"
-		if os.Getenv(EnvRequire) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-}
-
 // Launch is StartWith without a test: it starts etcd and kube-apiserver
 // from dir with their files under tmp and returns a stop function that
 // stops them (API server first) and returns the end of their logs. Call
 // stop even when Launch fails: it stops whatever had started.
 func Launch(ctx context.Context, dir, tmp string, opts Options) (*Server, func() string, error) {
-	if why := missingFiles(dir); why != "" {
+	if why := Missing(dir); why != "" {
 		return nil, func() string { return "" }, fmt.Errorf("kube-apiserver not built: run scripts/controlplane.sh (%s)", why)
 	}
 	if err := os.MkdirAll(tmp, 0o755); err != nil {

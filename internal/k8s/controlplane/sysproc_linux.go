@@ -1,9 +1,9 @@
-package apitest
+package controlplane
 
 import "syscall"
 
-// supported reports whether Start can run the control plane on this OS.
-const supported = true
+// Supported reports whether Start can run the control plane on this OS.
+const Supported = true
 
 // sysProcAttr puts each binary in its own process group, so stopping it kills
 // everything it started, and has the kernel kill it if the test binary dies

@@ -1,4 +1,4 @@
-package apitest
+package controlplane
 
 import (
 	"fmt"
@@ -94,7 +94,7 @@ func supportedVersion(field, s string) (Version, error) {
 			return ParseVersion(s)
 		}
 	}
-	return Version{}, fmt.Errorf("%s=%q: not a Kubernetes release apitest runs; supported: %s", field, s, strings.Join(SupportedVersions, ", "))
+	return Version{}, fmt.Errorf("%s=%q: not a Kubernetes release apitest runs; Supported: %s", field, s, strings.Join(SupportedVersions, ", "))
 }
 
 // featureGates are the --feature-gates each minor release runs with: every

@@ -1,14 +1,12 @@
-package apitest
+package controlplane
 
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -57,43 +55,6 @@ type ControllerManager struct {
 
 	proc *process
 	once sync.Once
-}
-
-// StartControllerManager runs kube-controller-manager from s.BinDir
-// against s, as StartScheduler runs the scheduler: a kubeconfig with s's
-// client certificate, leader election off, only the options' controllers,
-// the API server's feature gates, /healthz on a free loopback port. It
-// returns once /healthz answers and stops it when the test ends; on a
-// failed test the end of its log goes to the test log. Without the
-// binary (an older scripts/controlplane.sh build) it skips the test, or
-// fails it when GPUSLICE_REQUIRE_APISERVER=1.
-//
-// No kubelet runs: a pod the controllers delete gracefully (an eviction)
-// keeps its deletionTimestamp until the test deletes it with grace period
-// 0, as a kubelet confirming the containers stopped would.
-func StartControllerManager(t testing.TB, s *Server, opts ControllerManagerOptions) *ControllerManager {
-	t.Helper()
-	bin := filepath.Join(s.BinDir, "kube-controller-manager")
-	if st, err := os.Stat(bin); err != nil || st.IsDir() {
-		msg := "kube-controller-manager not built: run scripts/controlplane.sh (" + s.BinDir + " lacks it)"
-		if os.Getenv(EnvRequire) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	cm, err := startControllerManager(t.Context(), s, bin, t.TempDir(), opts)
-	if cm != nil {
-		t.Cleanup(func() {
-			cm.Stop()
-			if t.Failed() {
-				t.Logf("kube-controller-manager log (tail):\n%s", cm.Tail(12000))
-			}
-		})
-	}
-	if err != nil {
-		t.Fatalf("apitest: %v", err)
-	}
-	return cm
 }
 
 // LaunchControllerManager is StartControllerManager without a test: its

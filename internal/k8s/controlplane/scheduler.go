@@ -1,4 +1,4 @@
-package apitest
+package controlplane
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,35 +78,6 @@ type Scheduler struct {
 
 	proc *process
 	once sync.Once
-}
-
-// StartScheduler runs the kube-scheduler binary from s.BinDir against s:
-// a kubeconfig with s's client certificate (system:masters), leader
-// election off, the options' configuration, profiles and feature gates,
-// serving /readyz on a free loopback port. It returns once /readyz answers
-// (its informers have synced) and stops the scheduler when the test ends;
-// on a failed test the end of its log is written to the test log.
-//
-// Pods whose spec.schedulerName names one of its profiles are bound to
-// Nodes and their ResourceClaims allocated against ResourceSlices, exactly
-// as in a cluster; nothing else runs (no controller manager, no kubelet),
-// so a test creates Pods itself and reads spec.nodeName and
-// ResourceClaim status.allocation back.
-func StartScheduler(t testing.TB, s *Server, opts SchedulerOptions) *Scheduler {
-	t.Helper()
-	sc, err := startScheduler(t.Context(), s, t.TempDir(), opts)
-	if sc != nil {
-		t.Cleanup(func() {
-			sc.Stop()
-			if t.Failed() {
-				t.Logf("kube-scheduler log (tail):\n%s", sc.Tail(12000))
-			}
-		})
-	}
-	if err != nil {
-		t.Fatalf("apitest: %v", err)
-	}
-	return sc
 }
 
 // LaunchScheduler is StartScheduler without a test: its files go under tmp
