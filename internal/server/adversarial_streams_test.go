@@ -21,6 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/state"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // The defaults of serve --max-streams-per-token and --max-streams-per-tenant
@@ -219,36 +220,28 @@ func TestStreamsPerTokenAndTenantAreCapped(t *testing.T) {
 
 	// A closed stream gives its slot back: the token opens one again.
 	ok[0].close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	testkit.EventuallyCtx(t, ctx, "a closed stream's slot to come back", func() (bool, string) {
 		s := openStream(t, h, acme, 0)
 		if s.code == http.StatusOK {
 			s.close()
-			break
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a closed stream's slot never came back: %d %s", s.code, s.body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%d %s", s.code, s.body)
+	})
 	// Every stream closed: every slot is free again.
 	for _, s := range append(ok, ok2...) {
 		s.close()
 	}
-	for {
+	testkit.EventuallyCtx(t, ctx, "every slot free after every stream closed", func() (bool, string) {
 		s := openMany(t, h, acme, capPerToken)
 		o, _ := byCode(s)
 		for _, x := range s {
 			x.close()
 		}
-		if len(o) == capPerToken {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after every stream closed, the token opens only %d", len(o))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(o) == capPerToken, fmt.Sprintf("the token opens only %d", len(o))
+	})
 }
 
 // appendEvents stores events straight into the store: no server commit

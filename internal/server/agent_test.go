@@ -15,6 +15,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // Time-slicing has no memory isolation: the agent's watchdog compares a
@@ -300,19 +301,14 @@ func TestFaultPolicyRequeue(t *testing.T) {
 	// places it on a healthy GPU. Decode into a fresh value each time: a
 	// pending claim has no allocation, and decoding into c would keep the old.
 	old := c.Allocation.Devices[0].GPU
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testkit.Eventually(t, 5*time.Second, "the re-queued claim placed again", func() (bool, string) {
 		var got api.Claim
 		h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
 		if got.State == api.Failed || (got.Allocation != nil && got.Allocation.Devices[0].GPU == old) {
 			t.Fatalf("claim with faultPolicy requeue: %s on %v", got.State, got.Allocation)
 		}
-		if got.State == api.Allocated {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the re-queued claim was never placed again: %s (%s)", got.State, got.Reason)
-		}
-	}
+		return got.State == api.Allocated, fmt.Sprintf("%s (%s)", got.State, got.Reason)
+	})
 	code, body := h.Call(acme, "POST", "/v1/claims", `{"requests":[{"name":"gpu"}],"faultPolicy":"retry"}`)
 	if code != 422 || !strings.Contains(string(body), "want fail or requeue") {
 		t.Fatalf("bad faultPolicy: %d %s", code, body)
@@ -331,37 +327,18 @@ func TestAgentForwardsHealthEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = ag.Run(ctx) }()
-	for wait := time.Now().Add(5 * time.Second); m.Subscribers() == 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(wait) {
-			t.Fatal("the agent never subscribed to device events")
-		}
-	}
+	testkit.Eventually(t, 5*time.Second, "the agent to subscribe to device events", testkit.Bool(func() bool { return m.Subscribers() > 0 }))
 	if err := m.InjectXID(0, 48); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, 5*time.Second, "the GPU to show unhealthy", func() (bool, string) {
 		var n api.Node
 		h.Must(h.Admin, "GET", "/v1/nodes/host-a", nil, 200, &n)
-		if !n.Inventory.GPUs[0].Healthy {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the GPU never showed unhealthy")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return !n.Inventory.GPUs[0].Healthy, ""
+	})
 	// The health flag and the event travel separately (inventory vs event
 	// post), so poll the event log until the xid shows up.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if sawEvent(t, ctx, h, "event: xid") {
-			return
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-	}
-	t.Fatal("no xid event reached the server")
+	testkit.Eventually(t, 5*time.Second, "the xid event to reach the server", testkit.Bool(func() bool { return sawEvent(t, ctx, h, "event: xid") }))
 }
 
 // sawEvent reads the event log from the start (a short window) and reports

@@ -13,6 +13,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/server"
 	"github.com/gpuslice/gpuslice/internal/server/servertest"
 	"github.com/gpuslice/gpuslice/internal/state"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // harness is servertest's harness with the defaults of these tests: a
@@ -206,17 +207,10 @@ func TestLostNodeRequeuesItsClaims(t *testing.T) {
 	if err := agB.Step(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, 5*time.Second, "the claim moved to host-b", func() (bool, string) {
 		h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
-		if c.State == api.Allocated && c.Allocation.Devices[0].Node == "host-b" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claim not moved to host-b: %+v", c)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return c.State == api.Allocated && c.Allocation.Devices[0].Node == "host-b", fmt.Sprintf("claim %+v", c)
+	})
 	var n api.Node
 	h.Must(h.Admin, "GET", "/v1/nodes/host-a", nil, 200, &n)
 	if n.State != api.NodeLost {
