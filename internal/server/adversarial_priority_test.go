@@ -44,6 +44,7 @@ func mustRefuse(t *testing.T, what string, code int, body []byte, field string, 
 // the tenant is bound the same; a service's replica claim too; lowering
 // the maximum binds claims admitted concurrently and lowers waiting ones.
 func TestTenantCannotOutrankOthers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("host-a", "t4") // one GPU: everything after the first waits
@@ -173,6 +174,7 @@ func onModel(model string, mode alloc.Mode, mem int64) api.CreateClaimRequest {
 // GPU the held claim needs still waits; the held claim then gets its GPUs
 // as soon as they free up (no stream of claims starves it).
 func TestHoldDoesNotIdleCapacityOthersCouldUse(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	beta := h.Tenant("beta", 0)
@@ -250,6 +252,7 @@ func gpuModel(t *testing.T, h *harness, c api.Claim) string {
 // claim or the tenant: a hold for another tenant's claim is told by its
 // priority alone. The same tenant's held claim is named (it is theirs).
 func TestReasonsNeverNameAnotherTenantsClaim(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		nodes []string
@@ -259,6 +262,7 @@ func TestReasonsNeverNameAnotherTenantsClaim(t *testing.T) {
 		{"no single node holds it", []string{"l4x4", "l4x4"}, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t, nil)
 			acme := h.Tenant("acme", 0)
 			beta := h.Tenant("beta", 0)

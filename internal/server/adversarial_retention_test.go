@@ -85,8 +85,10 @@ func sqliteStore(t *testing.T) state.Store {
 // batches, while clients keep creating and releasing claims; a live claim
 // is never pruned, however old.
 func TestEventsAndReleasedClaimsArePruned(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"memory", "sqlite"} {
 		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
 			var store state.Store
 			if backend == "sqlite" {
 				store = sqliteStore(t)
@@ -222,6 +224,7 @@ func TestEventsAndReleasedClaimsArePruned(t *testing.T) {
 // is dropped, counted, and told in one event per minute; another node's
 // events are untouched.
 func TestAgentEventsAreRateLimitedPerNode(t *testing.T) {
+	t.Parallel()
 	h := newHarnessRun(t, nil, false)
 	h.Node("evil", "l4x4")
 	h.Node("good", "t4")
@@ -285,6 +288,7 @@ func TestAgentEventsAreRateLimitedPerNode(t *testing.T) {
 // the dashboard's cost and the metrics are the same before and after the
 // claims that were billed are pruned.
 func TestUsageSurvivesPruning(t *testing.T) {
+	t.Parallel()
 	h := newHarnessWith(t, nil, false, func(c *server.Config) { c.ClaimRetention = time.Hour })
 	acme, beta := h.Tenant("acme", 0), h.Tenant("beta", 0)
 	h.Node("vm", "l4x4")
@@ -340,6 +344,7 @@ func TestUsageSurvivesPruning(t *testing.T) {
 // samples are summed before one clamp, and its total never passes its
 // devices × its life.
 func TestRepeatedSamplesBillOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarnessRun(t, nil, false)
 	acme := h.Tenant("acme", 0)
 	h.Node("vm", "l4x4")
@@ -394,6 +399,7 @@ func TestRepeatedSamplesBillOnce(t *testing.T) {
 // bills it the hour it waited the moment it is placed gets the seconds
 // since it was placed, not the hour.
 func TestQueuedTimeBillsNothing(t *testing.T) {
+	t.Parallel()
 	h := newHarnessRun(t, nil, false)
 	acme := h.Tenant("acme", 0)
 	vm, _ := h.Node("vm", "l4x4")
@@ -430,6 +436,7 @@ func TestQueuedTimeBillsNothing(t *testing.T) {
 // tenant's total is the sum of its claims'. GPUSLICE_HOSTILE_SEED
 // reproduces a run.
 func TestHostileAgentNeverOverbills(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("GPUSLICE_HOSTILE_SEED"); s != "" {
 		var err error

@@ -35,6 +35,7 @@ func serviceReq(cmd ...string) api.PutServiceRequest {
 // makes the server fetch no URL; its services stop when the admin takes
 // the command back.
 func TestTenantTokenRunsOnlyWhatTheAdminAllows(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Tenant("beta", 0)
@@ -143,6 +144,7 @@ func TestTenantTokenRunsOnlyWhatTheAdminAllows(t *testing.T) {
 // the old command on its own quota. Now the delete is refused until its
 // services are gone, and a namesake finds none.
 func TestDeletingATenantLeavesNoServiceBehind(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	h.Tenant("acme", 0)
 	req := serviceReq("sleep", "60")
@@ -187,6 +189,7 @@ func TestDeletingATenantLeavesNoServiceBehind(t *testing.T) {
 // says so (409 with the state), so its holder stops; another tenant
 // cannot renew it; a restart gives every leased claim a whole lease.
 func TestAbandonedLeasedClaimIsReleased(t *testing.T) {
+	t.Parallel()
 	h := newHarnessRun(t, nil, false)
 	acme := h.Tenant("acme", 0)
 	beta := h.Tenant("beta", 0)
@@ -266,6 +269,7 @@ func TestAbandonedLeasedClaimIsReleased(t *testing.T) {
 // an expiry before its new lease (and grace) ran out, every claim whose
 // holder stopped renewing is released, and no claim is released twice.
 func TestRenewalsRacingExpiryKeepTheirPromise(t *testing.T) {
+	t.Parallel()
 	h := newHarnessRun(t, nil, false)
 	acme := h.Tenant("acme", 0)
 	vm, _ := h.Node("vm", "dgx-a100")
@@ -347,6 +351,7 @@ func TestRenewalsRacingExpiryKeepTheirPromise(t *testing.T) {
 // through (renewals within a tenth of the lease are answered from a read,
 // not queued at the writer).
 func TestRenewalFloodDoesNotStallWriters(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	beta := h.Tenant("beta", 0)
@@ -391,6 +396,7 @@ func TestRenewalFloodDoesNotStallWriters(t *testing.T) {
 // tenant nor, by naming another, reach one; a tenant deleted and made
 // again this way does not revive its old tokens.
 func TestCreateTenantIsTheAdminsAndContainsTenants(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	req := serviceReq("python3", "/srv/serve.py")

@@ -147,6 +147,7 @@ func byCode(ss []*stream) (ok, refused []*stream) {
 // and how many are open; other tenants and tokens are unaffected; a
 // closed stream gives its slot back.
 func TestStreamsPerTokenAndTenantAreCapped(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	beta := h.Tenant("beta", 0)
@@ -267,6 +268,7 @@ func appendEvents(t *testing.T, store state.Store, n int, tenantOf func(i int) s
 // to wake it: a full page is followed by the next at once. (Before, each
 // page of 500 waited for a wake-up — a commit or the 15s keepalive.)
 func TestStreamBehindCatchesUpAtOnce(t *testing.T) {
+	t.Parallel()
 	store := state.NewMemory()
 	// No background loop runs: their commits would wake the stream.
 	h := newHarnessRun(t, store, false)
@@ -324,6 +326,7 @@ func TestStreamBehindCatchesUpAtOnce(t *testing.T) {
 // A tenant deleted and re-created under the same name is a new tenant: its
 // tokens see none of the old tenant's events, claims or claim by id.
 func TestNamesakeTenantSeesNothingOld(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	old := h.Tenant("gamma", 0)
 	h.Node("vm", "l4x4")
@@ -404,6 +407,7 @@ func callWithin(h *harness, token, path string) (int, string) {
 // or another tenant from an answer: every read answers 200 with what it
 // should, and the streams past the caps were refused.
 func TestHostileStreamsDoNotStarveReads(t *testing.T) {
+	t.Parallel()
 	store, err := state.OpenSQLite(filepath.Join(t.TempDir(), "state.db"), state.SQLiteOptions{ReadConns: 2})
 	if err != nil {
 		t.Fatal(err)

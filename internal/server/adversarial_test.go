@@ -28,6 +28,7 @@ import (
 // another node (replacing its inventory), heartbeat in its name, or read
 // its claims; and once bound it takes no second node.
 func TestAgentTokenCannotTouchAnotherNode(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("vm", "l4x4")
@@ -91,6 +92,7 @@ func TestAgentTokenCannotTouchAnotherNode(t *testing.T) {
 // refused, and a sample above what the claim's devices allow in the time
 // since the last heartbeat is clamped.
 func TestHeartbeatUsageIsBounded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("vm", "l4x4")
@@ -113,6 +115,7 @@ func TestHeartbeatUsageIsBounded(t *testing.T) {
 // another tenant's stream (claim on another node, forged tenant), and an
 // event kind cannot carry a newline into the SSE framing.
 func TestAgentEventsCannotForgeTenantStreams(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	victim := h.Tenant("victim", 0)
 	h.Node("vm", "l4x4")
@@ -196,6 +199,7 @@ func sseFrames(t *testing.T, h *harness, token string) []sseFrame {
 // A tenant's tokens die with it: deleted and re-created, the tenant is a
 // new one, and the old token sees and touches none of its claims.
 func TestTenantTokensDieWithTheTenant(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	old := h.Tenant("gamma", 0)
 	h.Node("vm", "l4x4")
@@ -229,6 +233,7 @@ func TestTenantTokensDieWithTheTenant(t *testing.T) {
 // once; the next exclusive claim gets it alone. (The race that
 // double-booked an exclusive GPU.)
 func TestReleaseRacingRunningNeverResurrects(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("vm", "t4")
@@ -280,6 +285,7 @@ func TestReleaseRacingRunningNeverResurrects(t *testing.T) {
 
 // Concurrent DELETEs of one claim give its quota back once.
 func TestConcurrentReleasesReturnQuotaOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 10240)
 	h.Node("vm", "l4x4")
@@ -304,6 +310,7 @@ func TestConcurrentReleasesReturnQuotaOnce(t *testing.T) {
 // before the agent made either, leaves nothing planned behind: the next
 // MIG claim's own changes switch MIG on, and the agent makes it.
 func TestReleasedMIGSetupLeavesNothingHalfMade(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	h.Cfg.Policy.AllowModeSwitch = true
 	h.Restart()
@@ -354,6 +361,7 @@ func hasChange(a *alloc.Allocation, kind alloc.ChangeKind) bool {
 // so no GPU is over-promised and no claim is re-queued with a false
 // "node lost".
 func TestRebuildsDuringCommitsLoseNothing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	ag, _ := h.Node("vm", "l4x4")
@@ -407,6 +415,7 @@ func TestRebuildsDuringCommitsLoseNothing(t *testing.T) {
 // Lists are cursor-paginated and linear: every claim once, in order,
 // across pages; bad limits are 422.
 func TestListClaimsPaginates(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	h.Cfg.MaxQueuedPerTenant = -1
 	h.Restart()
@@ -461,6 +470,7 @@ func TestListClaimsPaginates(t *testing.T) {
 // A tenant's queue is bounded: past MaxQueuedPerTenant a claim that would
 // wait is refused with 429, and other tenants are unaffected.
 func TestQueuePerTenantIsBounded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	h.Cfg.MaxQueuedPerTenant = 5
 	h.Restart()
@@ -484,6 +494,7 @@ func TestQueuePerTenantIsBounded(t *testing.T) {
 // releasing a failed one or failing a released one is a 409 that carries
 // the current state; repeating a transition answers it again.
 func TestTransitionsConflictWithTheCurrentState(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("vm", "l4x4")
@@ -528,6 +539,7 @@ func decodeBody(t *testing.T, resp *http.Response, v any) {
 // another tenant's claims and on agent and admin routes, an agent token on
 // tenant and admin routes and on another node, a deleted token anywhere.
 func TestEveryCredentialStaysInItsPlace(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	beta := h.Tenant("beta", 0)
@@ -589,6 +601,7 @@ func TestEveryCredentialStaysInItsPlace(t *testing.T) {
 // nothing then (no GPU to price them at); once GPUs arrive, the queue is
 // placed only as far as the quota allows what the tenant holds.
 func TestClaimsQueuedBeforeTheFleetHonourTheQuota(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 30000) // more than one L4, less than two
 	for range 3 {
@@ -615,6 +628,7 @@ func TestClaimsQueuedBeforeTheFleetHonourTheQuota(t *testing.T) {
 
 // Lists sorted by name page the same way: tenants, tokens and nodes.
 func TestListsByNamePaginate(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	for i := range 7 {
 		h.Tenant(fmt.Sprintf("t%d", i), 0) // a tenant and its token each
@@ -659,6 +673,7 @@ func TestListsByNamePaginate(t *testing.T) {
 // reason that reads like a busy fleet; asked to, it waits for nodes that
 // may join; with no node registered yet, it waits.
 func TestClaimThatCanNeverFitIsRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	var early api.Claim
@@ -697,6 +712,7 @@ func TestClaimThatCanNeverFitIsRefused(t *testing.T) {
 // The memory a claim's processes use is shown while the claim lives and
 // gone at the first scrape after its release.
 func TestUsedMemoryMetricForgetsReleasedClaims(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("vm", "l4x4")

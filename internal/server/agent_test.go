@@ -22,6 +22,7 @@ import (
 // claim's processes with its promise and, under policy kill, ends them
 // after the grace period; events and usage reach the server.
 func TestWatchdogKillsOverLimitProcess(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	ag, m := h.Node("host-a", "t4")
@@ -102,6 +103,7 @@ func TestWatchdogKillsOverLimitProcess(t *testing.T) {
 // allocator places nothing new on it, a running claim on it fails and a
 // reserved one goes back to the queue.
 func TestFatalXIDStopsPlacements(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	ag, m := h.Node("host-a", "l4x4")
@@ -171,6 +173,7 @@ func mustGPUs(t *testing.T, m interface {
 // A restarted agent adopts what exists on the GPUs: it creates nothing
 // twice and destroys nothing.
 func TestAgentRestartAdopts(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	ag, m := h.Node("host-a", "mixed")
@@ -223,6 +226,7 @@ func agentClient(t *testing.T, h *harness, node string) *client.Client {
 // An instance of a running claim destroyed behind gpuslice's back is
 // reported as drift, once, and not re-created or touched.
 func TestAgentReportsDrift(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	ag, m := h.Node("host-a", "mixed")
@@ -279,6 +283,7 @@ func TestAgentReportsDrift(t *testing.T) {
 // faultPolicy requeue sends a running claim back to the queue instead of
 // failing it when its GPU becomes unhealthy.
 func TestFaultPolicyRequeue(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	ag, m := h.Node("host-a", "l4x4")
@@ -318,6 +323,7 @@ func TestFaultPolicyRequeue(t *testing.T) {
 // A running agent forwards the device layer's health events to the
 // server, and the GPU it marks unhealthy shows in the node's inventory.
 func TestAgentForwardsHealthEvents(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	_, m := h.Node("host-a", "t4") // registers the node and gives the machine
 	ag, err := agent.New(agent.Config{Name: "host-a", Client: agentClient(t, h, "host-a"), Device: m, Interval: 20 * time.Millisecond})
@@ -367,6 +373,7 @@ func sawEvent(t *testing.T, ctx context.Context, h *harness, prefix string) bool
 // holding its promised memory: usage is measured, a killed process comes
 // back while the claim runs, and it stops when the claim is released.
 func TestSimulatedWorkloads(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	ag, m := h.Node("host-a", "l4x4", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
@@ -414,6 +421,7 @@ func TestSimulatedWorkloads(t *testing.T) {
 // A released claim's simulated process goes before the layout changes of
 // the same step, so a new claim can evict its instance at once.
 func TestSimulatedProcessStopsBeforeEviction(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	ag, m := h.Node("host-a", "mixed", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })

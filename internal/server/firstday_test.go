@@ -19,6 +19,7 @@ func pinnedReq(node string, r alloc.Request) api.CreateClaimRequest {
 // only by the pin, are not reported as a "selector mismatch" the user
 // never wrote.
 func TestPinnedClaimReasonNamesOnlyItsNode(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("host-a", "l4x4")
@@ -45,6 +46,7 @@ func TestPinnedClaimReasonNamesOnlyItsNode(t *testing.T) {
 // A profile the node's GPUs do not have is refused with the profiles they
 // do have.
 func TestUnknownProfileListsTheModelsProfiles(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("dgx", "dgx-a100")
@@ -67,6 +69,7 @@ func TestUnknownProfileListsTheModelsProfiles(t *testing.T) {
 // holder's next renewal hears it is over. Unpinned claims go back to the
 // queue.
 func TestPinnedClaimFailsWhenItsNodeIsRemoved(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("host-a", "l4x4")
@@ -104,6 +107,7 @@ func TestPinnedClaimFailsWhenItsNodeIsRemoved(t *testing.T) {
 // index on its node and `UUID` always its uuid, in every family that has
 // them (gpuslice_gpu_healthy once had `gpu` for the uuid).
 func TestMetricLabelsMeanOneThing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("host-a", "dgx-a100")
@@ -131,6 +135,7 @@ func TestMetricLabelsMeanOneThing(t *testing.T) {
 
 // Admin, agent and tenant secrets say their role at a glance.
 func TestTokenPrefixesAreDistinct(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	h.Tenant("acme", 0)
 	var agentTok, tenantTok api.Token

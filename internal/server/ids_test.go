@@ -44,6 +44,7 @@ var hostileUUIDs = []struct{ name, id string }{
 // uuid is a 422 naming the field, over real HTTP; the node is not
 // registered and the message carries no control character.
 func TestHostileUUIDsRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	var tok api.Token
 	h.Must(h.Admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent, Node: "evil"}, 201, &tok)

@@ -46,6 +46,7 @@ import (
 // GPUSLICE_RANDOM_SEEDS=N runs seeds 0..N-1 (default 4);
 // GPUSLICE_RANDOM_SEED=S runs seed S alone.
 func TestRandomServerConcurrent(t *testing.T) {
+	t.Parallel()
 	seeds := []uint64{0, 1, 2, 3}
 	if v := os.Getenv("GPUSLICE_RANDOM_SEEDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -70,6 +71,7 @@ func TestRandomServerConcurrent(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			newConcRun(t, seed).run(ctx, phases, workers, ops)

@@ -24,12 +24,13 @@ import (
 // step: the allocator's rules hold, the store and the scheduler agree, and
 // the quota counters equal the charges of the stored claims.
 func TestRandomServerSequences(t *testing.T) {
+	t.Parallel()
 	seeds, steps := 12, 150
 	if testing.Short() {
 		seeds, steps = 3, 80
 	}
 	for seed := range seeds {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { randomServerRun(t, uint64(seed), steps) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { t.Parallel(); randomServerRun(t, uint64(seed), steps) })
 	}
 }
 

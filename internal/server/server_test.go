@@ -51,6 +51,7 @@ func gpuReq(mem int64, mode alloc.Mode) api.CreateClaimRequest {
 }
 
 func TestClaimLifecycleWithAgent(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	ag, m := h.Node("host-a", "mixed")
@@ -89,6 +90,7 @@ func TestClaimLifecycleWithAgent(t *testing.T) {
 }
 
 func TestPendingThenAllocatedInPriorityOrder(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	// An admin lets acme ask for priority 10.
@@ -113,6 +115,7 @@ func TestPendingThenAllocatedInPriorityOrder(t *testing.T) {
 }
 
 func TestTenantIsolationAndQuota(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 10000)
 	beta := h.Tenant("beta", 0)
@@ -148,6 +151,7 @@ func TestTenantIsolationAndQuota(t *testing.T) {
 }
 
 func TestBadRequestsChangeNothing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("host-a", "t4")
@@ -190,6 +194,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 }
 
 func TestLostNodeRequeuesItsClaims(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	agA, _ := h.Node("host-a", "t4")
@@ -229,6 +234,7 @@ func TestLostNodeRequeuesItsClaims(t *testing.T) {
 }
 
 func TestMetricsAndOpenAPI(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	h.Node("host-a", "t4")
@@ -257,6 +263,7 @@ func TestMetricsAndOpenAPI(t *testing.T) {
 // Quotas count what a claim is given, not only what it asks: an exclusive
 // claim that names no memory gets a whole GPU and is charged for it.
 func TestQuotaChargesWhatIsGiven(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 30000) // more than one L4 (23034 MiB), less than two
 	h.Node("host-a", "l4x4")
@@ -291,6 +298,7 @@ func TestQuotaChargesWhatIsGiven(t *testing.T) {
 // (A time-sliced claim that names no memory is charged nothing while it
 // waits, and its equal share of the device once placed.)
 func TestQueuedClaimQuotaOnAllocation(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 5000)
 	beta := h.Tenant("beta", 0)
@@ -324,6 +332,7 @@ func TestQueuedClaimQuotaOnAllocation(t *testing.T) {
 // it will hold, so a tenant cannot queue unbounded whole-GPU claims past
 // its quota; and the queue per tenant is bounded in count (429).
 func TestPendingExclusiveChargedWhatItWillHold(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 30000)
 	beta := h.Tenant("beta", 0)
@@ -351,6 +360,7 @@ func TestPendingExclusiveChargedWhatItWillHold(t *testing.T) {
 // ones: once it has waited ReserveAfter, its node is held for it and claims
 // behind it wait (here there is no other node).
 func TestQueueStopsBackfillingForAStarvingClaim(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	beta := h.Tenant("beta", 0)
@@ -413,6 +423,7 @@ func TestQueueStopsBackfillingForAStarvingClaim(t *testing.T) {
 
 // A claim that could not fit even the empty fleet never blocks the queue.
 func TestImpossibleClaimDoesNotBlockTheQueue(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	ag, _ := h.Node("host-a", "l4x4")
@@ -440,6 +451,7 @@ func TestImpossibleClaimDoesNotBlockTheQueue(t *testing.T) {
 // held: the fewest claims on it, so the soonest free. Claims behind it are
 // placed on the other nodes.
 func TestStarvingClaimHoldsOneNode(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	beta := h.Tenant("beta", 0)
@@ -502,6 +514,7 @@ func TestStarvingClaimHoldsOneNode(t *testing.T) {
 // are placed together, the first on a device sized for the ones behind it
 // (AllocateAhead), not each on the smallest MIG instance that holds it.
 func TestQueuedReplicasShareASizedDevice(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	var reps []api.Claim
@@ -532,6 +545,7 @@ func TestQueuedReplicasShareASizedDevice(t *testing.T) {
 
 // Every route the API serves is described in openapi.json with its method.
 func TestOpenAPIDescribesEveryRoute(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	code, body := h.Call("", "GET", "/openapi.json", nil)
 	var doc struct {

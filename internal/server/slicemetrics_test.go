@@ -66,6 +66,7 @@ func sliceValue(t *testing.T, fams map[string]*dto.MetricFamily, name, slice str
 // device: a MIG instance (its GI id as GPU_I_ID) and an MPS client on a
 // whole GPU (its thread and memory limits).
 func TestSliceMetricsWithDCGMLabels(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	acme := h.Tenant("acme", 0)
 	ag, m := h.Node("host-a", "mixed", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
