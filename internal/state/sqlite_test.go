@@ -460,6 +460,7 @@ func TestCrashChild(t *testing.T) {
 }
 
 func TestCrashDurability(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test")
 	}
