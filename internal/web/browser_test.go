@@ -182,6 +182,7 @@ func sel(s string) string { b, _ := json.Marshal(s); return string(b) }
 // The dashboard end to end in headless Chromium: a server on simulated
 // GPUs, claims made through the API, and what the page shows.
 func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
 	l := newLive(t)
 	p := newPage(t)
 	l.Machine("gpu-a", fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB", MIGEnabled: true}, {Model: "A30", MIGEnabled: true}, {Model: "L4"}}})

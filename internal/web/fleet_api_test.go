@@ -37,6 +37,7 @@ func findDevice(f web.Fleet, pred func(web.FleetGPU, web.FleetDevice) bool) (web
 // the model's geometry (8 memory slices on an A100, 4 on an A30), and a
 // tenant sees other tenants' claims only as anonymous shares.
 func TestFleetViewPlacementsAndScope(t *testing.T) {
+	t.Parallel()
 	l := newLive(t)
 	l.Machine("gpu-a", fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB", MIGEnabled: true}, {Model: "A30", MIGEnabled: true}, {Model: "L4"}}})
 	acme, beta := l.Tenant("acme", 0), l.Tenant("beta", 0)
@@ -129,6 +130,7 @@ func TestFleetViewPlacementsAndScope(t *testing.T) {
 // other tenants' shares without claim or tenant, and none of their claims,
 // events, usage or names; another tenant's pages are 404s.
 func TestDashboardViewsKeepTenantsApart(t *testing.T) {
+	t.Parallel()
 	l := newLive(t)
 	l.Machine("gpu-a", fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB", MIGEnabled: true}, {Model: "A30", MIGEnabled: true}, {Model: "L4"}}})
 	acme, beta := l.Tenant("acme", 0), l.Tenant("beta-secret", 0)
@@ -251,6 +253,7 @@ func TestDashboardViewsKeepTenantsApart(t *testing.T) {
 // The views are paged and small: GET /v1/usage and /v1/dashboard go on
 // with X-Next-Cursor; bad parameters are refused naming the field.
 func TestDashboardPagesAndBadParameters(t *testing.T) {
+	t.Parallel()
 	l := newLive(t)
 	for i := 0; i < 7; i++ {
 		l.Tenant(fmt.Sprintf("t%d", i), 0)

@@ -64,6 +64,7 @@ const unlabelled = `[...document.querySelectorAll("input, select")].filter(i => 
 // by tenant and colour; the keyboard; laptop width, the dark theme,
 // labels and contrast. Screenshots at 1920×1080 and 1366×768.
 func TestDashboardAtScale(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a fleet of 8,000 GPUs and a browser")
 	}
