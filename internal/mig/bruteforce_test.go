@@ -23,6 +23,8 @@ type oracle struct {
 	g     *Geometry // only its Shapes and limits are read
 	all   [][]bfInst
 	pairs []bfInst
+
+	capacities map[string]int // capacity by layoutKey
 }
 
 func newOracle(g *Geometry) *oracle {
@@ -105,7 +107,23 @@ func (o *oracle) maxAdd(l []bfInst, p int) int {
 	return best
 }
 
+// capacity is what maxAdd says for every plain profile, weighted by its
+// size; it depends only on the set l (valid ignores order), so each set is
+// searched once per oracle.
 func (o *oracle) capacity(l []bfInst) int {
+	k := layoutKey(l)
+	if c, ok := o.capacities[k]; ok {
+		return c
+	}
+	c := o.searchCapacity(l)
+	if o.capacities == nil {
+		o.capacities = map[string]int{}
+	}
+	o.capacities[k] = c
+	return c
+}
+
+func (o *oracle) searchCapacity(l []bfInst) int {
 	total := 0
 	for p, s := range o.g.Shapes {
 		if !s.ME {
@@ -188,28 +206,38 @@ func migModels(t testing.TB) map[string]*Geometry {
 // layout adds to l: every layout of the oracle that contains l and adds
 // only non-+me instances, keyed by what it adds.
 func (o *oracle) room(l []bfInst) int {
-	have := map[bfInst]bool{}
+	have := make([][]bool, len(o.g.Shapes)) // by profile, then start
+	for p := range have {
+		have[p] = make([]bool, o.g.Slices)
+	}
 	for _, a := range l {
-		have[a] = true
+		have[a.p][a.start] = true
 	}
 	seen := map[string]bool{}
+	var added []bfInst
 	for _, full := range o.all {
+		// First whether full contains l and adds no +me instance (most
+		// layouts do not), then what it adds.
 		n := 0
-		var added []bfInst
 		ok := true
 		for _, a := range full {
 			switch {
-			case have[a]:
+			case have[a.p][a.start]:
 				n++
 			case o.g.Shapes[a.p].ME:
 				ok = false
-			default:
+			}
+		}
+		if !ok || n != len(l) {
+			continue
+		}
+		added = added[:0]
+		for _, a := range full {
+			if !have[a.p][a.start] {
 				added = append(added, a)
 			}
 		}
-		if ok && n == len(l) {
-			seen[o.multiset(added)] = true
-		}
+		seen[o.multiset(added)] = true
 	}
 	return len(seen)
 }

@@ -2,9 +2,6 @@ package nodescale
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -16,8 +13,15 @@ import (
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/server"
-	"github.com/gpuslice/gpuslice/internal/state"
+	"github.com/gpuslice/gpuslice/internal/server/servertest"
 )
+
+// simServer is a real server with a simulated fleet (no node yet) on
+// the real clock; the controller under test keeps a clock of its own.
+func simServer(t *testing.T) *servertest.Harness {
+	t.Helper()
+	return servertest.New(t, servertest.Options{RealClock: true, Configure: func(c *server.Config) { c.Simulated = true }})
+}
 
 // fakeClock is a clock the test moves.
 type fakeClock struct {
@@ -38,28 +42,13 @@ func (c *fakeClock) Add(d time.Duration) {
 // once they are released and the node has been empty past its pool's TTL,
 // the next step removes it, and a step in between keeps it.
 func TestPendingClaimsBuyANodeAndAnEmptyOneGoes(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	srv, err := server.New(ctx, server.Config{Store: state.NewMemory(), Simulated: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Run(ctx)
-	if err := srv.EnsureTenant(ctx, "default"); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
-	adminTok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := client.New(hs.URL, adminTok.Secret, hs.Client())
-	if err != nil {
+	h := simServer(t)
+	ctx, admin := h.Ctx, h.Client(h.Admin)
+	if err := h.Server().EnsureTenant(ctx, "default"); err != nil {
 		t.Fatal(err)
 	}
 	prov := &SimProvider{Admin: admin, Interval: 50 * time.Millisecond,
-		Connect: func(tok string) (*client.Client, error) { return client.New(hs.URL, tok, hs.Client()) }}
+		Connect: func(tok string) (*client.Client, error) { return client.New(h.URL, tok, h.HTTP.Client()) }}
 	defer prov.Close()
 	clock := &fakeClock{now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
 	ctl := &Controller{Client: admin, Provider: prov, Clock: clock.Now, Pools: []autoscale.NodePool{
@@ -125,28 +114,13 @@ func TestPendingClaimsBuyANodeAndAnEmptyOneGoes(t *testing.T) {
 // the controller bought and the second stays pending for the quota, and
 // the next step buys nothing more (a node would not place it).
 func TestQuotaPendingBuysNoNode(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	srv, err := server.New(ctx, server.Config{Store: state.NewMemory(), Simulated: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Run(ctx)
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
-	adminTok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := client.New(hs.URL, adminTok.Secret, hs.Client())
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := simServer(t)
+	ctx, admin := h.Ctx, h.Client(h.Admin)
 	if err := admin.Do(ctx, "PUT", "/v1/tenants/lab", api.Tenant{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	prov := &SimProvider{Admin: admin, Interval: 50 * time.Millisecond,
-		Connect: func(tok string) (*client.Client, error) { return client.New(hs.URL, tok, hs.Client()) }}
+		Connect: func(tok string) (*client.Client, error) { return client.New(h.URL, tok, h.HTTP.Client()) }}
 	defer prov.Close()
 	ctl := &Controller{Client: admin, Provider: prov, Clock: time.Now, Pools: []autoscale.NodePool{
 		{Pool: model.Pool{Name: "l4", InstanceType: "g6.xlarge", Sharing: alloc.Sharing{Mode: alloc.TimeSlice, Replicas: 4}}}}}
@@ -211,28 +185,13 @@ func (p *slowProvider) boot(ctx context.Context, name string) error {
 // One that never joins is given up (deleted) after the boot timeout and
 // a new one is bought.
 func TestBootingNodeIsNotBoughtAgain(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	srv, err := server.New(ctx, server.Config{Store: state.NewMemory(), Simulated: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Run(ctx)
-	if err := srv.EnsureTenant(ctx, "default"); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
-	adminTok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := client.New(hs.URL, adminTok.Secret, hs.Client())
-	if err != nil {
+	h := simServer(t)
+	ctx, admin := h.Ctx, h.Client(h.Admin)
+	if err := h.Server().EnsureTenant(ctx, "default"); err != nil {
 		t.Fatal(err)
 	}
 	sim := &SimProvider{Admin: admin, Interval: 50 * time.Millisecond,
-		Connect: func(tok string) (*client.Client, error) { return client.New(hs.URL, tok, hs.Client()) }}
+		Connect: func(tok string) (*client.Client, error) { return client.New(h.URL, tok, h.HTTP.Client()) }}
 	defer sim.Close()
 	prov := &slowProvider{sim: sim, pools: map[string]autoscale.NodePool{}}
 	clock := &fakeClock{now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}

@@ -27,8 +27,8 @@ import (
 
 // stored reads every event and every claim straight from the store.
 func (h *harness) stored() (evs []api.Event, claims []api.Claim) {
-	h.t.Helper()
-	err := h.cfg.Store.View(context.Background(), func(tx state.Tx) error {
+	h.T.Helper()
+	err := h.Cfg.Store.View(context.Background(), func(tx state.Tx) error {
 		var err error
 		if evs, err = tx.EventsSince(0, 0); err != nil {
 			return err
@@ -37,24 +37,40 @@ func (h *harness) stored() (evs []api.Event, claims []api.Claim) {
 		return err
 	})
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	return evs, claims
+}
+
+// storedClaims reads every claim straight from the store (stored without
+// the events, which a test reading claims after every step would read
+// again and again).
+func (h *harness) storedClaims() (claims []api.Claim) {
+	h.T.Helper()
+	err := h.Cfg.Store.View(context.Background(), func(tx state.Tx) error {
+		var err error
+		claims, err = tx.ListClaims(state.ClaimFilter{})
+		return err
+	})
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	return claims
 }
 
 // beat heartbeats node with nothing to report, so that a sweep after the
 // clock moved does not find it lost.
 func (h *harness) beat(nodes ...string) {
-	h.t.Helper()
+	h.T.Helper()
 	for _, n := range nodes {
-		h.must(h.agents[n], "POST", "/v1/nodes/"+n+"/heartbeat", api.HeartbeatRequest{}, 200, nil)
+		h.Must(h.AgentToken(n), "POST", "/v1/nodes/"+n+"/heartbeat", api.HeartbeatRequest{}, 200, nil)
 	}
 }
 
 func (h *harness) tick() {
-	h.t.Helper()
-	if err := h.srv.Tick(context.Background()); err != nil {
-		h.t.Fatal(err)
+	h.T.Helper()
+	if err := h.Server().Tick(context.Background()); err != nil {
+		h.T.Fatal(err)
 	}
 }
 
@@ -85,8 +101,10 @@ func sqliteStore(t *testing.T) state.Store {
 // batches, while clients keep creating and releasing claims; a live claim
 // is never pruned, however old.
 func TestEventsAndReleasedClaimsArePruned(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"memory", "sqlite"} {
 		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
 			var store state.Store
 			if backend == "sqlite" {
 				store = sqliteStore(t)
@@ -96,38 +114,38 @@ func TestEventsAndReleasedClaimsArePruned(t *testing.T) {
 				c.ClaimRetention, c.MaxFinalClaims = time.Hour, 20
 				c.PruneBatch = 7 // many batches: each its own transaction
 			})
-			acme := h.tenant("acme", 0)
-			h.node("vm", "l4x4")
+			acme := h.Tenant("acme", 0)
+			h.Node("vm", "l4x4")
 
 			// Age: two claims stay live (one running), three are released;
 			// two hours later only the live ones and the recent events are left.
 			var old []api.Claim
 			for range 5 {
 				var c api.Claim
-				h.must(acme, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, &c)
+				h.Must(acme, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, &c)
 				old = append(old, c)
 			}
-			h.must(acme, "POST", "/v1/claims/"+old[0].ID+"/running", nil, 200, nil)
+			h.Must(acme, "POST", "/v1/claims/"+old[0].ID+"/running", nil, 200, nil)
 			for _, c := range old[2:] {
-				h.must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
+				h.Must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
 			}
-			h.advance(2 * time.Hour)
+			h.Advance(2 * time.Hour)
 			h.beat("vm")
 			var recent api.Claim
-			h.must(acme, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, &recent)
-			h.must(acme, "DELETE", "/v1/claims/"+recent.ID, nil, 200, nil)
+			h.Must(acme, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, &recent)
+			h.Must(acme, "DELETE", "/v1/claims/"+recent.ID, nil, 200, nil)
 			h.tick()
 			for _, c := range old[:2] {
-				h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, nil)
+				h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, nil)
 			}
 			for _, c := range old[2:] {
-				if code, body := h.call(acme, "GET", "/v1/claims/"+c.ID, nil); code != 404 {
+				if code, body := h.Call(acme, "GET", "/v1/claims/"+c.ID, nil); code != 404 {
 					t.Errorf("claim %s, released two hours ago with a retention of one: %d %s", c.ID, code, body)
 				}
 			}
-			h.must(acme, "GET", "/v1/claims/"+recent.ID, nil, 200, nil)
+			h.Must(acme, "GET", "/v1/claims/"+recent.ID, nil, 200, nil)
 			evs, _ := h.stored()
-			cutoff := h.clock().Add(-time.Hour)
+			cutoff := h.Now().Add(-time.Hour)
 			for _, e := range evs {
 				if e.Time.Before(cutoff) {
 					t.Errorf("event #%d %s at %s kept past the retention of an hour", e.Seq, e.Kind, e.Time.Format(time.TimeOnly))
@@ -141,8 +159,8 @@ func TestEventsAndReleasedClaimsArePruned(t *testing.T) {
 			var burst []string
 			for range 40 {
 				var c api.Claim
-				h.must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c)
-				h.must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
+				h.Must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c)
+				h.Must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
 				burst = append(burst, c.ID)
 			}
 			h.tick()
@@ -152,7 +170,7 @@ func TestEventsAndReleasedClaimsArePruned(t *testing.T) {
 				t.Fatalf("after the burst: %d final claims (want 20) and %d events (want at most 60)", final, len(evs))
 			}
 			for _, id := range burst[:20] {
-				if code, _ := h.call(acme, "GET", "/v1/claims/"+id, nil); code != 404 {
+				if code, _ := h.Call(acme, "GET", "/v1/claims/"+id, nil); code != 404 {
 					t.Errorf("claim %s, among the first 20 of 40 to end, is still there (%d)", id, code)
 				}
 			}
@@ -169,7 +187,7 @@ func TestEventsAndReleasedClaimsArePruned(t *testing.T) {
 			go func() {
 				defer pruning.Done()
 				for ctx.Err() == nil {
-					if _, err := h.srv.Prune(ctx); err != nil && ctx.Err() == nil {
+					if _, err := h.Server().Prune(ctx); err != nil && ctx.Err() == nil {
 						t.Errorf("prune: %v", err)
 						return
 					}
@@ -181,17 +199,17 @@ func TestEventsAndReleasedClaimsArePruned(t *testing.T) {
 				go func() {
 					defer clients.Done()
 					var mine api.Claim
-					h.must(acme, "POST", "/v1/claims", gpuReq(500, alloc.TimeSlice), 201, &mine)
+					h.Must(acme, "POST", "/v1/claims", gpuReq(500, alloc.TimeSlice), 201, &mine)
 					for i := range 25 {
 						var c api.Claim
-						h.must(acme, "POST", "/v1/claims", gpuReq(500, alloc.TimeSlice), 201, &c)
-						if code, body := h.call(acme, "GET", "/v1/claims/"+mine.ID, nil); code != 200 {
+						h.Must(acme, "POST", "/v1/claims", gpuReq(500, alloc.TimeSlice), 201, &c)
+						if code, body := h.Call(acme, "GET", "/v1/claims/"+mine.ID, nil); code != 200 {
 							t.Errorf("client %d, step %d: its live claim %s: %d %s", w, i, mine.ID, code, body)
 							return
 						}
-						h.must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
+						h.Must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
 					}
-					h.must(acme, "DELETE", "/v1/claims/"+mine.ID, nil, 200, nil)
+					h.Must(acme, "DELETE", "/v1/claims/"+mine.ID, nil, 200, nil)
 				}()
 			}
 			clients.Wait()
@@ -206,10 +224,10 @@ func TestEventsAndReleasedClaimsArePruned(t *testing.T) {
 			if len(live) != 2 || !live[old[0].ID] || !live[old[1].ID] {
 				t.Errorf("live claims after everything: %v, want %s and %s", live, old[0].ID, old[1].ID)
 			}
-			if err := h.srv.Check(context.Background()); err != nil {
+			if err := h.Server().Check(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			_, metrics := h.call(h.admin, "GET", "/metrics", nil)
+			_, metrics := h.Call(h.Admin, "GET", "/metrics", nil)
 			if !strings.Contains(string(metrics), `gpuslice_pruned_total{kind="claims"}`) {
 				t.Error("/metrics does not count pruned claims")
 			}
@@ -222,9 +240,10 @@ func TestEventsAndReleasedClaimsArePruned(t *testing.T) {
 // is dropped, counted, and told in one event per minute; another node's
 // events are untouched.
 func TestAgentEventsAreRateLimitedPerNode(t *testing.T) {
+	t.Parallel()
 	h := newHarnessRun(t, nil, false)
-	h.node("evil", "l4x4")
-	h.node("good", "t4")
+	h.Node("evil", "l4x4")
+	h.Node("good", "t4")
 	flood := func(n int) api.HeartbeatRequest {
 		req := api.HeartbeatRequest{}
 		for i := range n {
@@ -246,16 +265,16 @@ func TestAgentEventsAreRateLimitedPerNode(t *testing.T) {
 		}
 		return
 	}
-	if code, body := h.call(h.agents["evil"], "POST", "/v1/nodes/evil/heartbeat", flood(1001)); code != 422 || !strings.Contains(string(body), `"field":"events"`) {
+	if code, body := h.Call(h.AgentToken("evil"), "POST", "/v1/nodes/evil/heartbeat", flood(1001)); code != 422 || !strings.Contains(string(body), `"field":"events"`) {
 		t.Fatalf("1,001 events in one heartbeat: %d %s, want 422 naming the field events", code, body)
 	}
-	h.must(h.agents["evil"], "POST", "/v1/nodes/evil/heartbeat", flood(1000), 200, nil)
-	h.must(h.agents["evil"], "POST", "/v1/nodes/evil/heartbeat", flood(1000), 200, nil)
+	h.Must(h.AgentToken("evil"), "POST", "/v1/nodes/evil/heartbeat", flood(1000), 200, nil)
+	h.Must(h.AgentToken("evil"), "POST", "/v1/nodes/evil/heartbeat", flood(1000), 200, nil)
 	good := api.HeartbeatRequest{}
 	for range 50 {
 		good.Events = append(good.Events, api.Event{Kind: "ok", Message: "fine"})
 	}
-	h.must(h.agents["good"], "POST", "/v1/nodes/good/heartbeat", good, 200, nil)
+	h.Must(h.AgentToken("good"), "POST", "/v1/nodes/good/heartbeat", good, 200, nil)
 	flooded, fromGood, summaries := count()
 	if flooded != 100 || fromGood != 50 {
 		t.Fatalf("stored %d of evil's 2,000 events (want its burst, 100) and %d of good's 50", flooded, fromGood)
@@ -265,9 +284,9 @@ func TestAgentEventsAreRateLimitedPerNode(t *testing.T) {
 	}
 	// A minute later the bucket holds 60: the next summary tells the
 	// second flood's 1,000, and of 100 more, 60 pass.
-	h.advance(time.Minute)
+	h.Advance(time.Minute)
 	h.beat("evil", "good")
-	h.must(h.agents["evil"], "POST", "/v1/nodes/evil/heartbeat", flood(100), 200, nil)
+	h.Must(h.AgentToken("evil"), "POST", "/v1/nodes/evil/heartbeat", flood(100), 200, nil)
 	flooded, _, summaries = count()
 	if flooded != 160 {
 		t.Errorf("after a minute: %d of evil's events stored, want 160", flooded)
@@ -275,7 +294,7 @@ func TestAgentEventsAreRateLimitedPerNode(t *testing.T) {
 	if len(summaries) != 2 || !strings.Contains(summaries[1], "evil: 1000 events from node evil dropped") {
 		t.Errorf("summaries after a minute: %q, want a second one for 1000 events", summaries)
 	}
-	_, metrics := h.call(h.admin, "GET", "/metrics", nil)
+	_, metrics := h.Call(h.Admin, "GET", "/metrics", nil)
 	if !strings.Contains(string(metrics), `gpuslice_agent_events_dropped_total{node="evil"} 1940`) {
 		t.Errorf("/metrics does not count evil's 1,940 dropped events")
 	}
@@ -285,18 +304,19 @@ func TestAgentEventsAreRateLimitedPerNode(t *testing.T) {
 // the dashboard's cost and the metrics are the same before and after the
 // claims that were billed are pruned.
 func TestUsageSurvivesPruning(t *testing.T) {
+	t.Parallel()
 	h := newHarnessWith(t, nil, false, func(c *server.Config) { c.ClaimRetention = time.Hour })
-	acme, beta := h.tenant("acme", 0), h.tenant("beta", 0)
-	h.node("vm", "l4x4")
+	acme, beta := h.Tenant("acme", 0), h.Tenant("beta", 0)
+	h.Node("vm", "l4x4")
 	var ids []string
 	for i, tok := range []string{acme, beta, acme} {
 		var c api.Claim
-		h.must(tok, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &c)
+		h.Must(tok, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &c)
 		ids = append(ids, c.ID)
-		h.advance(time.Duration(10+i) * time.Second)
-		h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
+		h.Advance(time.Duration(10+i) * time.Second)
+		h.Must(h.AgentToken("vm"), "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
 			{Claim: c.ID, GPUSeconds: float64(3 + i), SMSeconds: 1.5, MemoryMiBSeconds: 4000 * float64(3+i), MemoryMiB: 4000}}}, 200, nil)
-		h.must(tok, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
+		h.Must(tok, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
 	}
 	type bill struct {
 		Usage     []api.Usage
@@ -305,11 +325,11 @@ func TestUsageSurvivesPruning(t *testing.T) {
 	}
 	read := func() bill {
 		var b bill
-		h.must(h.admin, "GET", "/v1/usage", nil, 200, &b.Usage)
+		h.Must(h.Admin, "GET", "/v1/usage", nil, 200, &b.Usage)
 		var d web.Dashboard
-		h.must(h.admin, "GET", "/v1/dashboard", nil, 200, &d)
+		h.Must(h.Admin, "GET", "/v1/dashboard", nil, 200, &d)
 		b.Dashboard = d.Tenants
-		_, m := h.call(h.admin, "GET", "/metrics", nil)
+		_, m := h.Call(h.Admin, "GET", "/metrics", nil)
 		for _, line := range strings.Split(string(m), "\n") {
 			if strings.HasPrefix(line, "gpuslice_tenant_") && strings.Contains(line, "seconds_total") {
 				b.Metrics = append(b.Metrics, line)
@@ -321,11 +341,11 @@ func TestUsageSurvivesPruning(t *testing.T) {
 	if len(before.Metrics) == 0 || before.Usage[0].GPUSeconds != 3+5 {
 		t.Fatalf("usage before pruning: %+v", before)
 	}
-	h.advance(2 * time.Hour)
+	h.Advance(2 * time.Hour)
 	h.beat("vm")
 	h.tick()
 	for _, id := range ids {
-		if code, _ := h.call(h.admin, "GET", "/v1/claims/"+id, nil); code != 404 {
+		if code, _ := h.Call(h.Admin, "GET", "/v1/claims/"+id, nil); code != 404 {
 			t.Fatalf("claim %s was not pruned (%d)", id, code)
 		}
 	}
@@ -340,22 +360,23 @@ func TestUsageSurvivesPruning(t *testing.T) {
 // samples are summed before one clamp, and its total never passes its
 // devices × its life.
 func TestRepeatedSamplesBillOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarnessRun(t, nil, false)
-	acme := h.tenant("acme", 0)
-	h.node("vm", "l4x4")
+	acme := h.Tenant("acme", 0)
+	h.Node("vm", "l4x4")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
-	created := h.clock()
-	h.advance(time.Second)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
+	created := h.Now()
+	h.Advance(time.Second)
 	sample := api.UsageSample{Claim: c.ID, GPUSeconds: 10, SMSeconds: 10, MemoryMiBSeconds: 10 * 23034, MemoryMiB: 23034}
 	repeated := api.HeartbeatRequest{}
 	for range 2000 {
 		repeated.Usage = append(repeated.Usage, sample)
 	}
-	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", repeated, 200, nil)
+	h.Must(h.AgentToken("vm"), "POST", "/v1/nodes/vm/heartbeat", repeated, 200, nil)
 	used := func() api.Consumption {
 		var got api.Claim
-		h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
+		h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
 		if got.Used == nil {
 			return api.Consumption{}
 		}
@@ -367,24 +388,24 @@ func TestRepeatedSamplesBillOnce(t *testing.T) {
 	// Fifty heartbeats 100 ms apart, each with 6 s (what elapsed + slack
 	// allowed each): the claim is 6 s old, so 6 s at most.
 	for range 50 {
-		h.advance(100 * time.Millisecond)
-		h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
+		h.Advance(100 * time.Millisecond)
+		h.Must(h.AgentToken("vm"), "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
 			{Claim: c.ID, GPUSeconds: 6, SMSeconds: 6}}}, 200, nil)
 	}
-	life := h.clock().Sub(created).Seconds()
+	life := h.Now().Sub(created).Seconds()
 	if u := used(); u.GPUSeconds > life || u.SMSeconds > life {
 		t.Fatalf("after 50 rapid heartbeats: billed %+v, more than one GPU for %.1f s", u, life)
 	}
 	// An honest sample within the bounds is billed whole.
-	h.advance(10 * time.Second)
+	h.Advance(10 * time.Second)
 	prior := used()
-	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
+	h.Must(h.AgentToken("vm"), "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
 		{Claim: c.ID, GPUSeconds: 4, SMSeconds: 2}, {Claim: c.ID, GPUSeconds: 5, SMSeconds: 3}}}, 200, nil)
 	if u := used(); u.GPUSeconds != prior.GPUSeconds+9 || u.SMSeconds != prior.SMSeconds+5 {
 		t.Fatalf("an honest split sample of 9 GPU-seconds in 10 s: billed %+v after %+v", u, prior)
 	}
 	var usage []api.Usage
-	h.must(acme, "GET", "/v1/usage", nil, 200, &usage)
+	h.Must(acme, "GET", "/v1/usage", nil, 200, &usage)
 	if u := used(); len(usage) != 1 || usage[0].GPUSeconds != u.GPUSeconds || usage[0].SMSeconds != u.SMSeconds {
 		t.Fatalf("tenant usage %+v, its only claim %+v", usage, u)
 	}
@@ -394,30 +415,31 @@ func TestRepeatedSamplesBillOnce(t *testing.T) {
 // bills it the hour it waited the moment it is placed gets the seconds
 // since it was placed, not the hour.
 func TestQueuedTimeBillsNothing(t *testing.T) {
+	t.Parallel()
 	h := newHarnessRun(t, nil, false)
-	acme := h.tenant("acme", 0)
-	vm, _ := h.node("vm", "l4x4")
+	acme := h.Tenant("acme", 0)
+	vm, _ := h.Node("vm", "l4x4")
 	var hogs []api.Claim
 	for range 4 {
 		var c api.Claim
-		h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
+		h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
 		hogs = append(hogs, c)
 	}
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
 	if c.State != api.Pending {
 		t.Fatalf("fifth whole-GPU claim on four GPUs: %s", c.State)
 	}
-	h.pass(time.Hour, vm)
-	h.must(acme, "DELETE", "/v1/claims/"+hogs[0].ID, nil, 200, nil)
-	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
-	if c.State != api.Allocated || c.Allocated == nil || !c.Allocated.Equal(h.clock()) {
-		t.Fatalf("after a GPU came free: %s, allocated at %v (now %v)", c.State, c.Allocated, h.clock())
+	h.Pass(time.Hour, vm)
+	h.Must(acme, "DELETE", "/v1/claims/"+hogs[0].ID, nil, 200, nil)
+	h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	if c.State != api.Allocated || c.Allocated == nil || !c.Allocated.Equal(h.Now()) {
+		t.Fatalf("after a GPU came free: %s, allocated at %v (now %v)", c.State, c.Allocated, h.Now())
 	}
-	h.advance(2 * time.Second)
-	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
+	h.Advance(2 * time.Second)
+	h.Must(h.AgentToken("vm"), "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{
 		{Claim: c.ID, GPUSeconds: 3600, SMSeconds: 3600}}}, 200, nil)
-	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
 	if c.Used == nil || c.Used.GPUSeconds > 2 || c.Used.SMSeconds > 2 {
 		t.Fatalf("a claim placed 2 s ago after an hour in the queue billed %+v", c.Used)
 	}
@@ -430,6 +452,7 @@ func TestQueuedTimeBillsNothing(t *testing.T) {
 // tenant's total is the sum of its claims'. GPUSLICE_HOSTILE_SEED
 // reproduces a run.
 func TestHostileAgentNeverOverbills(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("GPUSLICE_HOSTILE_SEED"); s != "" {
 		var err error
@@ -440,15 +463,15 @@ func TestHostileAgentNeverOverbills(t *testing.T) {
 	t.Logf("seed %d (GPUSLICE_HOSTILE_SEED=%d reproduces it)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 25))
 	h := newHarnessRun(t, nil, false)
-	tenants := map[string]string{"acme": h.tenant("acme", 0), "beta": h.tenant("beta", 0)}
+	tenants := map[string]string{"acme": h.Tenant("acme", 0), "beta": h.Tenant("beta", 0)}
 	names := []string{"acme", "beta"}
 	nodes := []string{"n1", "n2"}
-	h.node("n1", "l4x4")
-	h.node("n2", "mixed")
+	h.Node("n1", "l4x4")
+	h.Node("n2", "mixed")
 	gpuMem := map[string]int64{} // GPU uuid → its model's memory
 	for _, n := range nodes {
 		var node api.Node
-		h.must(h.admin, "GET", "/v1/nodes/"+n, nil, 200, &node)
+		h.Must(h.Admin, "GET", "/v1/nodes/"+n, nil, 200, &node)
 		for _, g := range node.Inventory.GPUs {
 			m, err := catalog.Default().GPU(g.Model)
 			if err != nil {
@@ -483,13 +506,13 @@ func TestHostileAgentNeverOverbills(t *testing.T) {
 				req.Requests[0].Count = 1 + rng.IntN(2)
 			}
 			var c api.Claim
-			h.must(tenants[tenant], "POST", "/v1/claims", req, 201, &c)
+			h.Must(tenants[tenant], "POST", "/v1/claims", req, 201, &c)
 			ids = append(ids, c.ID)
 		case r < 3: // released midway; its agent may go on reporting it
 			id := ids[rng.IntN(len(ids))]
-			h.call(h.admin, "DELETE", "/v1/claims/"+id, nil)
+			h.Call(h.Admin, "DELETE", "/v1/claims/"+id, nil)
 		case r < 5: // time passes, in steps the node timeout never sees
-			h.advance(time.Duration(rng.IntN(8000)) * time.Millisecond)
+			h.Advance(time.Duration(rng.IntN(8000)) * time.Millisecond)
 		default: // a hostile heartbeat
 			node := nodes[rng.IntN(len(nodes))]
 			req := api.HeartbeatRequest{}
@@ -503,11 +526,11 @@ func TestHostileAgentNeverOverbills(t *testing.T) {
 				}
 			}
 			rng.Shuffle(len(req.Usage), func(i, j int) { req.Usage[i], req.Usage[j] = req.Usage[j], req.Usage[i] })
-			h.must(h.agents[node], "POST", "/v1/nodes/"+node+"/heartbeat", req, 200, nil)
+			h.Must(h.AgentToken(node), "POST", "/v1/nodes/"+node+"/heartbeat", req, 200, nil)
 		}
 		// The property, after every step.
-		now := h.clock()
-		_, claims := h.stored()
+		now := h.Now()
+		claims := h.storedClaims()
 		sum := map[string]api.Consumption{}
 		for _, c := range claims {
 			if c.Used == nil {
@@ -542,7 +565,7 @@ func TestHostileAgentNeverOverbills(t *testing.T) {
 			clampedSome = clampedSome || u.GPUSeconds >= devices*life*(1-1e-12)
 		}
 		var usage []api.Usage
-		h.must(h.admin, "GET", "/v1/usage", nil, 200, &usage)
+		h.Must(h.Admin, "GET", "/v1/usage", nil, 200, &usage)
 		for _, tu := range usage {
 			want := sum[tu.Tenant]
 			for _, pair := range [][2]float64{{tu.GPUSeconds, want.GPUSeconds}, {tu.SMSeconds, want.SMSeconds}, {tu.MemoryMiBSec, want.MemoryMiBSeconds}} {
@@ -556,7 +579,7 @@ func TestHostileAgentNeverOverbills(t *testing.T) {
 	if billed == 0 || !clampedSome {
 		t.Fatalf("the run billed nothing (%v) or never reached a bound (%v): it tested nothing", billed, clampedSome)
 	}
-	if err := h.srv.Check(context.Background()); err != nil {
+	if err := h.Server().Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/state"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // The defaults of serve --max-streams-per-token and --max-streams-per-tenant
@@ -47,7 +48,7 @@ type stream struct {
 func openStream(t *testing.T, h *harness, token string, since int64) *stream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/v1/events?since=%d", h.http.URL, since), nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/v1/events?since=%d", h.URL, since), nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -146,12 +147,13 @@ func byCode(ss []*stream) (ok, refused []*stream) {
 // and how many are open; other tenants and tokens are unaffected; a
 // closed stream gives its slot back.
 func TestStreamsPerTokenAndTenantAreCapped(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	beta := h.tenant("beta", 0)
-	h.node("vm", "l4x4")
+	acme := h.Tenant("acme", 0)
+	beta := h.Tenant("beta", 0)
+	h.Node("vm", "l4x4")
 	var pending api.Claim
-	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{WaitForNodes: true,
+	h.Must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{WaitForNodes: true,
 		Requests: []alloc.Request{{Name: "gpu", Count: 64}}}}, 201, &pending)
 
 	// One token, past its cap, all at once.
@@ -168,17 +170,17 @@ func TestStreamsPerTokenAndTenantAreCapped(t *testing.T) {
 	}
 	// A long poll of the same token is refused too; without wait it is
 	// an ordinary read.
-	code, body := h.call(acme, "GET", "/v1/claims/"+pending.ID+"?wait=20s&state=pending", nil)
+	code, body := h.Call(acme, "GET", "/v1/claims/"+pending.ID+"?wait=20s&state=pending", nil)
 	if code != http.StatusTooManyRequests || !strings.Contains(string(body), "per token") {
 		t.Fatalf("a long poll past the token's cap: %d %s", code, body)
 	}
-	h.must(acme, "GET", "/v1/claims/"+pending.ID, nil, 200, nil)
+	h.Must(acme, "GET", "/v1/claims/"+pending.ID, nil, 200, nil)
 
 	// More tokens of the tenant fill the tenant's cap, and no more.
 	var more []string
 	for range capPerTenant/capPerToken + 1 {
 		var tok api.Token
-		h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &tok)
+		h.Must(h.Admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &tok)
 		more = append(more, tok.Secret)
 	}
 	var all []*stream
@@ -210,45 +212,37 @@ func TestStreamsPerTokenAndTenantAreCapped(t *testing.T) {
 	if b.code != http.StatusOK {
 		t.Fatalf("another tenant's stream: %d %s", b.code, b.body)
 	}
-	adm := openStream(t, h, h.admin, 0)
+	adm := openStream(t, h, h.Admin, 0)
 	if adm.code != http.StatusOK {
 		t.Fatalf("an admin's stream: %d %s", adm.code, adm.body)
 	}
-	h.must(beta, "GET", "/v1/claims", nil, 200, nil)
-	h.must(h.agents["vm"], "GET", "/v1/nodes/vm/claims", nil, 200, nil)
+	h.Must(beta, "GET", "/v1/claims", nil, 200, nil)
+	h.Must(h.AgentToken("vm"), "GET", "/v1/nodes/vm/claims", nil, 200, nil)
 
 	// A closed stream gives its slot back: the token opens one again.
 	ok[0].close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	testkit.EventuallyCtx(t, ctx, "a closed stream's slot to come back", func() (bool, string) {
 		s := openStream(t, h, acme, 0)
 		if s.code == http.StatusOK {
 			s.close()
-			break
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a closed stream's slot never came back: %d %s", s.code, s.body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%d %s", s.code, s.body)
+	})
 	// Every stream closed: every slot is free again.
 	for _, s := range append(ok, ok2...) {
 		s.close()
 	}
-	for {
+	testkit.EventuallyCtx(t, ctx, "every slot free after every stream closed", func() (bool, string) {
 		s := openMany(t, h, acme, capPerToken)
 		o, _ := byCode(s)
 		for _, x := range s {
 			x.close()
 		}
-		if len(o) == capPerToken {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after every stream closed, the token opens only %d", len(o))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(o) == capPerToken, fmt.Sprintf("the token opens only %d", len(o))
+	})
 }
 
 // appendEvents stores events straight into the store: no server commit
@@ -274,15 +268,16 @@ func appendEvents(t *testing.T, store state.Store, n int, tenantOf func(i int) s
 // to wake it: a full page is followed by the next at once. (Before, each
 // page of 500 waited for a wake-up — a commit or the 15s keepalive.)
 func TestStreamBehindCatchesUpAtOnce(t *testing.T) {
+	t.Parallel()
 	store := state.NewMemory()
 	// No background loop runs: their commits would wake the stream.
 	h := newHarnessRun(t, store, false)
-	acme := h.tenant("acme", 0)
-	h.tenant("beta", 0)
+	acme := h.Tenant("acme", 0)
+	h.Tenant("beta", 0)
 	// 3,000 of acme's events among 3,000 of beta's and 600 of nobody's.
 	appendEvents(t, store, 6600, func(i int) string {
 		return []string{"acme", "beta", "acme", "beta", "", "acme", "beta", "acme", "beta", "acme", "beta"}[i%11]
-	}, h.clock())
+	}, h.Now())
 	var before int
 	if err := store.View(context.Background(), func(tx state.Tx) error {
 		evs, err := tx.EventsSince(0, 0)
@@ -306,7 +301,7 @@ func TestStreamBehindCatchesUpAtOnce(t *testing.T) {
 		}
 	}
 	// An admin's stream gets every event, as fast.
-	a := openStream(t, h, h.admin, 0)
+	a := openStream(t, h, h.Admin, 0)
 	all := a.collect(before, quiet)
 	if len(all) != before {
 		t.Fatalf("the admin's stream delivered %d of %d events", len(all), before)
@@ -319,9 +314,9 @@ func TestStreamBehindCatchesUpAtOnce(t *testing.T) {
 		t.Fatalf("from seq %d: %d events (first %+v), want 1,500 from seq %d", mid, len(rest), rest[:min(1, len(rest))], got[1500].Seq)
 	}
 	// And a live event still arrives on the open stream.
-	h.node("vm", "l4x4")
+	h.Node("vm", "l4x4")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c)
 	live := s.collect(1, quiet)
 	if len(live) != 1 || live[0].Claim != c.ID {
 		t.Fatalf("after catching up, the stream got %+v, want the new claim's event", live)
@@ -331,17 +326,18 @@ func TestStreamBehindCatchesUpAtOnce(t *testing.T) {
 // A tenant deleted and re-created under the same name is a new tenant: its
 // tokens see none of the old tenant's events, claims or claim by id.
 func TestNamesakeTenantSeesNothingOld(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	old := h.tenant("gamma", 0)
-	h.node("vm", "l4x4")
+	old := h.Tenant("gamma", 0)
+	h.Node("vm", "l4x4")
 	var c1, c2 api.Claim
-	h.must(old, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c1)
-	h.must(old, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c2)
-	h.must(old, "DELETE", "/v1/claims/"+c1.ID, nil, 200, nil)
-	h.must(old, "DELETE", "/v1/claims/"+c2.ID, nil, 200, nil)
-	h.must(h.admin, "DELETE", "/v1/tenants/gamma", nil, 204, nil)
-	h.advance(time.Second)
-	fresh := h.tenant("gamma", 0)
+	h.Must(old, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c1)
+	h.Must(old, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c2)
+	h.Must(old, "DELETE", "/v1/claims/"+c1.ID, nil, 200, nil)
+	h.Must(old, "DELETE", "/v1/claims/"+c2.ID, nil, 200, nil)
+	h.Must(h.Admin, "DELETE", "/v1/tenants/gamma", nil, 204, nil)
+	h.Advance(time.Second)
+	fresh := h.Tenant("gamma", 0)
 
 	s := openStream(t, h, fresh, 0)
 	if s.code != http.StatusOK {
@@ -351,36 +347,36 @@ func TestNamesakeTenantSeesNothingOld(t *testing.T) {
 		t.Fatalf("the new gamma's stream shows the old gamma's event %+v", evs[0])
 	}
 	var cs []api.Claim
-	h.must(fresh, "GET", "/v1/claims", nil, 200, &cs)
+	h.Must(fresh, "GET", "/v1/claims", nil, 200, &cs)
 	if len(cs) != 0 {
 		t.Fatalf("the new gamma lists the old gamma's claims: %+v", cs)
 	}
 	for _, id := range []string{c1.ID, c2.ID} {
-		if code, body := h.call(fresh, "GET", "/v1/claims/"+id, nil); code != http.StatusNotFound {
+		if code, body := h.Call(fresh, "GET", "/v1/claims/"+id, nil); code != http.StatusNotFound {
 			t.Fatalf("the new gamma reads the old gamma's claim %s: %d %s", id, code, body)
 		}
-		if code, body := h.call(fresh, "DELETE", "/v1/claims/"+id, nil); code != http.StatusNotFound {
+		if code, body := h.Call(fresh, "DELETE", "/v1/claims/"+id, nil); code != http.StatusNotFound {
 			t.Fatalf("the new gamma releases the old gamma's claim %s: %d %s", id, code, body)
 		}
 	}
 	// Its own claims and events it does see, the listing paged past the
 	// old ones.
 	var mine api.Claim
-	h.must(fresh, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &mine)
+	h.Must(fresh, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &mine)
 	evs := s.collect(1, 10*time.Second)
 	if len(evs) != 1 || evs[0].Claim != mine.ID {
 		t.Fatalf("the new gamma's stream: %+v, want its claim's event", evs)
 	}
-	code, body := h.call(fresh, "GET", "/v1/claims?limit=1", nil)
+	code, body := h.Call(fresh, "GET", "/v1/claims?limit=1", nil)
 	if code != 200 || !strings.Contains(string(body), mine.ID) || strings.Contains(string(body), c1.ID) {
 		t.Fatalf("the new gamma's first page: %d %s", code, body)
 	}
 	// The admin still sees everything.
-	h.must(h.admin, "GET", "/v1/claims?tenant=gamma", nil, 200, &cs)
+	h.Must(h.Admin, "GET", "/v1/claims?tenant=gamma", nil, 200, &cs)
 	if len(cs) != 3 {
 		t.Fatalf("the admin lists %d of gamma's claims, want 3", len(cs))
 	}
-	a := openStream(t, h, h.admin, 0)
+	a := openStream(t, h, h.Admin, 0)
 	if n := len(a.collect(1000, 500*time.Millisecond)); n < 5 {
 		t.Fatalf("the admin's stream has %d events, want the old and new ones", n)
 	}
@@ -391,7 +387,7 @@ func TestNamesakeTenantSeesNothingOld(t *testing.T) {
 func callWithin(h *harness, token, path string) (int, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", h.http.URL+path, nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.URL+path, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -411,21 +407,22 @@ func callWithin(h *harness, token, path string) (int, string) {
 // or another tenant from an answer: every read answers 200 with what it
 // should, and the streams past the caps were refused.
 func TestHostileStreamsDoNotStarveReads(t *testing.T) {
+	t.Parallel()
 	store, err := state.OpenSQLite(filepath.Join(t.TempDir(), "state.db"), state.SQLiteOptions{ReadConns: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
 	h := newHarness(t, store)
-	evil := h.tenant("evil", 0)
-	good := h.tenant("good", 0)
-	h.node("vm", "l4x4")
+	evil := h.Tenant("evil", 0)
+	good := h.Tenant("good", 0)
+	h.Node("vm", "l4x4")
 	var held api.Claim
-	h.must(good, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &held)
+	h.Must(good, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &held)
 	var evilTokens []string
 	for range 6 {
 		var tok api.Token
-		h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "evil"}, 201, &tok)
+		h.Must(h.Admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "evil"}, 201, &tok)
 		evilTokens = append(evilTokens, tok.Secret)
 	}
 
@@ -438,9 +435,9 @@ func TestHostileStreamsDoNotStarveReads(t *testing.T) {
 		defer close(churned)
 		for i := 0; ctx.Err() == nil; i++ {
 			var c api.Claim
-			if code, body := h.call(evil, "POST", "/v1/claims", gpuReq(100, alloc.TimeSlice)); code == 201 {
+			if code, body := h.Call(evil, "POST", "/v1/claims", gpuReq(100, alloc.TimeSlice)); code == 201 {
 				if json.Unmarshal(body, &c) == nil {
-					h.call(evil, "DELETE", "/v1/claims/"+c.ID, nil)
+					h.Call(evil, "DELETE", "/v1/claims/"+c.ID, nil)
 				}
 			}
 		}
@@ -470,12 +467,12 @@ func TestHostileStreamsDoNotStarveReads(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 25 {
-				code, body := callWithin(h, h.agents["vm"], "/v1/nodes/vm/claims")
+				code, body := callWithin(h, h.AgentToken("vm"), "/v1/nodes/vm/claims")
 				answers <- answer{"agent", code, body}
 				code, body = callWithin(h, good, "/v1/claims")
 				answers <- answer{"good", code, body}
 				if r == 0 {
-					code, body = callWithin(h, h.admin, "/v1/nodes")
+					code, body = callWithin(h, h.Admin, "/v1/nodes")
 					answers <- answer{"nodes", code, body}
 				}
 			}

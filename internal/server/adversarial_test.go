@@ -28,16 +28,17 @@ import (
 // another node (replacing its inventory), heartbeat in its name, or read
 // its claims; and once bound it takes no second node.
 func TestAgentTokenCannotTouchAnotherNode(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	h.node("vm", "l4x4")
+	acme := h.Tenant("acme", 0)
+	h.Node("vm", "l4x4")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
 	var vm api.Node
-	h.must(h.admin, "GET", "/v1/nodes/vm", nil, 200, &vm)
+	h.Must(h.Admin, "GET", "/v1/nodes/vm", nil, 200, &vm)
 
 	var intruder api.Token
-	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent}, 201, &intruder)
+	h.Must(h.Admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent}, 201, &intruder)
 	empty := api.RegisterRequest{Inventory: alloc.Node{GPUs: []alloc.GPU{}}, Simulated: true}
 	for _, tc := range []struct {
 		method, path string
@@ -48,41 +49,41 @@ func TestAgentTokenCannotTouchAnotherNode(t *testing.T) {
 		{"POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{{Claim: c.ID, GPUSeconds: 1e300}}}},
 		{"GET", "/v1/nodes/vm/claims", nil},
 	} {
-		if code, body := h.call(intruder.Secret, tc.method, tc.path, tc.body); code != http.StatusForbidden {
+		if code, body := h.Call(intruder.Secret, tc.method, tc.path, tc.body); code != http.StatusForbidden {
 			t.Errorf("%s %s with another agent's token: %d %s, want 403", tc.method, tc.path, code, body)
 		}
 	}
 	var after api.Node
-	h.must(h.admin, "GET", "/v1/nodes/vm", nil, 200, &after)
+	h.Must(h.Admin, "GET", "/v1/nodes/vm", nil, 200, &after)
 	if len(after.Inventory.GPUs) != len(vm.Inventory.GPUs) || after.Agent != vm.Agent {
 		t.Fatalf("vm changed under a foreign token: %d GPUs, agent %s (was %s)", len(after.Inventory.GPUs), after.Agent, vm.Agent)
 	}
-	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
 	if c.State != api.Allocated {
 		t.Fatalf("the claim on vm is %s", c.State)
 	}
 	// The intruder may register a node of its own, and then no other.
-	h.must(intruder.Secret, "PUT", "/v1/nodes/other", empty, 200, nil)
-	if code, body := h.call(intruder.Secret, "PUT", "/v1/nodes/third", empty); code != http.StatusForbidden {
+	h.Must(intruder.Secret, "PUT", "/v1/nodes/other", empty, 200, nil)
+	if code, body := h.Call(intruder.Secret, "PUT", "/v1/nodes/third", empty); code != http.StatusForbidden {
 		t.Fatalf("a bound agent token registered a second node: %d %s", code, body)
 	}
 	// A token issued for a node registers that node only, and replaces the
 	// node's credential (rotation by an admin).
 	var forVM api.Token
-	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent, Node: "vm"}, 201, &forVM)
-	if code, _ := h.call(forVM.Secret, "PUT", "/v1/nodes/elsewhere", empty); code != http.StatusForbidden {
+	h.Must(h.Admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent, Node: "vm"}, 201, &forVM)
+	if code, _ := h.Call(forVM.Secret, "PUT", "/v1/nodes/elsewhere", empty); code != http.StatusForbidden {
 		t.Fatalf("a token issued for vm registered another node: %d", code)
 	}
 	// Tenants and agents cannot reach admin routes.
 	for _, tok := range []string{acme, intruder.Secret} {
-		if code, _ := h.call(tok, "DELETE", "/v1/nodes/vm", nil); code != http.StatusForbidden {
+		if code, _ := h.Call(tok, "DELETE", "/v1/nodes/vm", nil); code != http.StatusForbidden {
 			t.Fatalf("a non-admin token deleted a node: %d", code)
 		}
-		if code, _ := h.call(tok, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAdmin}); code != http.StatusForbidden {
+		if code, _ := h.Call(tok, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAdmin}); code != http.StatusForbidden {
 			t.Fatalf("a non-admin token made an admin token: %d", code)
 		}
 	}
-	if err := h.srv.Check(context.Background()); err != nil {
+	if err := h.Server().Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -91,19 +92,20 @@ func TestAgentTokenCannotTouchAnotherNode(t *testing.T) {
 // refused, and a sample above what the claim's devices allow in the time
 // since the last heartbeat is clamped.
 func TestHeartbeatUsageIsBounded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	h.node("vm", "l4x4")
+	acme := h.Tenant("acme", 0)
+	h.Node("vm", "l4x4")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
-	own := h.agents["vm"]
-	if code, body := h.call(own, "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{{Claim: c.ID, GPUSeconds: -5}}}); code != 422 {
+	h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
+	own := h.AgentToken("vm")
+	if code, body := h.Call(own, "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{{Claim: c.ID, GPUSeconds: -5}}}); code != 422 {
 		t.Fatalf("negative usage: %d %s", code, body)
 	}
-	h.advance(10 * time.Second)
-	h.must(own, "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{{Claim: c.ID, GPUSeconds: math.MaxFloat64, SMSeconds: 1e300, MemoryMiBSeconds: 1e300}}}, 200, nil)
+	h.Advance(10 * time.Second)
+	h.Must(own, "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{{Claim: c.ID, GPUSeconds: math.MaxFloat64, SMSeconds: 1e300, MemoryMiBSeconds: 1e300}}}, 200, nil)
 	var usage []api.Usage
-	h.must(acme, "GET", "/v1/usage", nil, 200, &usage)
+	h.Must(acme, "GET", "/v1/usage", nil, 200, &usage)
 	if len(usage) != 1 || usage[0].GPUSeconds > 20 || usage[0].SMSeconds > 20 || usage[0].MemoryMiBSec > 20*30000 {
 		t.Fatalf("usage after an injected sample: %+v, want at most ~15 s of one GPU", usage)
 	}
@@ -113,19 +115,20 @@ func TestHeartbeatUsageIsBounded(t *testing.T) {
 // another tenant's stream (claim on another node, forged tenant), and an
 // event kind cannot carry a newline into the SSE framing.
 func TestAgentEventsCannotForgeTenantStreams(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	victim := h.tenant("victim", 0)
-	h.node("vm", "l4x4")
-	h.node("evil", "l4x4")
+	victim := h.Tenant("victim", 0)
+	h.Node("vm", "l4x4")
+	h.Node("evil", "l4x4")
 	var c api.Claim
-	h.must(victim, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Node: "vm",
+	h.Must(victim, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Node: "vm",
 		Requests: []alloc.Request{{Name: "gpu", Mode: alloc.Exclusive}}}}, 201, &c)
-	evil := h.agents["evil"]
-	code, body := h.call(evil, "POST", "/v1/nodes/evil/heartbeat", api.HeartbeatRequest{Events: []api.Event{{Kind: "xid\nevent: forged\ndata: {}", Message: "x"}}})
+	evil := h.AgentToken("evil")
+	code, body := h.Call(evil, "POST", "/v1/nodes/evil/heartbeat", api.HeartbeatRequest{Events: []api.Event{{Kind: "xid\nevent: forged\ndata: {}", Message: "x"}}})
 	if code != 422 || !strings.Contains(string(body), "events[0].kind") {
 		t.Fatalf("a kind with newlines: %d %s", code, body)
 	}
-	h.must(evil, "POST", "/v1/nodes/evil/heartbeat", api.HeartbeatRequest{Events: []api.Event{
+	h.Must(evil, "POST", "/v1/nodes/evil/heartbeat", api.HeartbeatRequest{Events: []api.Event{
 		{Kind: "xid", Claim: c.ID, Tenant: "victim", Message: "your GPU burned\n\nevent: forged\ndata: {}\n\n"},
 		{Kind: "xid", Tenant: "victim", Message: "forged tenant"},
 	}}, 200, nil)
@@ -136,7 +139,7 @@ func TestAgentEventsCannotForgeTenantStreams(t *testing.T) {
 		}
 	}
 	// The admin sees them, attributed to no tenant, framed intact.
-	for _, f := range sseFrames(t, h, h.admin) {
+	for _, f := range sseFrames(t, h, h.Admin) {
 		if f.event == "forged" || f.bad != "" {
 			t.Fatalf("a forged or broken frame: %+v", f)
 		}
@@ -155,7 +158,7 @@ func sseFrames(t *testing.T, h *harness, token string) []sseFrame {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", h.http.URL+"/v1/events?since=0", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.URL+"/v1/events?since=0", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -196,23 +199,24 @@ func sseFrames(t *testing.T, h *harness, token string) []sseFrame {
 // A tenant's tokens die with it: deleted and re-created, the tenant is a
 // new one, and the old token sees and touches none of its claims.
 func TestTenantTokensDieWithTheTenant(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	old := h.tenant("gamma", 0)
-	h.node("vm", "l4x4")
-	h.must(h.admin, "DELETE", "/v1/tenants/gamma", nil, 204, nil)
-	h.advance(time.Second)
-	fresh := h.tenant("gamma", 0)
+	old := h.Tenant("gamma", 0)
+	h.Node("vm", "l4x4")
+	h.Must(h.Admin, "DELETE", "/v1/tenants/gamma", nil, 204, nil)
+	h.Advance(time.Second)
+	fresh := h.Tenant("gamma", 0)
 	var c api.Claim
-	h.must(fresh, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c)
+	h.Must(fresh, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c)
 	for _, tc := range []struct{ method, path string }{
 		{"GET", "/v1/claims"}, {"GET", "/v1/claims/" + c.ID}, {"DELETE", "/v1/claims/" + c.ID}, {"POST", "/v1/claims"},
 	} {
-		if code, body := h.call(old, tc.method, tc.path, gpuReq(1000, alloc.TimeSlice)); code != http.StatusUnauthorized {
+		if code, body := h.Call(old, tc.method, tc.path, gpuReq(1000, alloc.TimeSlice)); code != http.StatusUnauthorized {
 			t.Fatalf("the deleted tenant's token: %s %s: %d %s", tc.method, tc.path, code, body)
 		}
 	}
 	var tokens []api.Token
-	h.must(h.admin, "GET", "/v1/tokens", nil, 200, &tokens)
+	h.Must(h.Admin, "GET", "/v1/tokens", nil, 200, &tokens)
 	n := 0
 	for _, tok := range tokens {
 		if tok.Tenant == "gamma" {
@@ -229,12 +233,13 @@ func TestTenantTokensDieWithTheTenant(t *testing.T) {
 // once; the next exclusive claim gets it alone. (The race that
 // double-booked an exclusive GPU.)
 func TestReleaseRacingRunningNeverResurrects(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	h.node("vm", "t4")
+	acme := h.Tenant("acme", 0)
+	h.Node("vm", "t4")
 	for round := range 20 {
 		var c api.Claim
-		h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
+		h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &c)
 		if c.State != api.Allocated {
 			t.Fatalf("round %d: %s (%s)", round, c.State, c.Reason)
 		}
@@ -250,7 +255,7 @@ func TestReleaseRacingRunningNeverResurrects(t *testing.T) {
 				if i%2 == 1 {
 					method, path = "POST", path+"/running"
 				}
-				codes[i], _ = h.call(acme, method, path, nil)
+				codes[i], _ = h.Call(acme, method, path, nil)
 			}()
 		}
 		close(start)
@@ -263,16 +268,16 @@ func TestReleaseRacingRunningNeverResurrects(t *testing.T) {
 				t.Fatalf("round %d: running answered %d", round, code)
 			}
 		}
-		h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+		h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
 		if c.State != api.Released {
 			t.Fatalf("round %d: the released claim is %s", round, c.State)
 		}
-		if err := h.srv.Check(context.Background()); err != nil {
+		if err := h.Server().Check(context.Background()); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 	}
 	var next api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &next)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &next)
 	if next.State != api.Allocated {
 		t.Fatalf("the GPU did not come back: %s", next.Reason)
 	}
@@ -280,22 +285,23 @@ func TestReleaseRacingRunningNeverResurrects(t *testing.T) {
 
 // Concurrent DELETEs of one claim give its quota back once.
 func TestConcurrentReleasesReturnQuotaOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 10240)
-	h.node("vm", "l4x4")
+	acme := h.Tenant("acme", 10240)
+	h.Node("vm", "l4x4")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(10240, alloc.TimeSlice), 201, &c)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(10240, alloc.TimeSlice), 201, &c)
 	var wg sync.WaitGroup
 	for range 16 {
 		wg.Add(1)
-		go func() { defer wg.Done(); h.call(acme, "DELETE", "/v1/claims/"+c.ID, nil) }()
+		go func() { defer wg.Done(); h.Call(acme, "DELETE", "/v1/claims/"+c.ID, nil) }()
 	}
 	wg.Wait()
-	h.must(acme, "POST", "/v1/claims", gpuReq(10240, alloc.TimeSlice), 201, nil)
-	if code, body := h.call(acme, "POST", "/v1/claims", gpuReq(10240, alloc.TimeSlice)); code != 403 {
+	h.Must(acme, "POST", "/v1/claims", gpuReq(10240, alloc.TimeSlice), 201, nil)
+	if code, body := h.Call(acme, "POST", "/v1/claims", gpuReq(10240, alloc.TimeSlice)); code != 403 {
 		t.Fatalf("a second 10 GiB claim under a 10 GiB quota: %d %s", code, body)
 	}
-	if err := h.srv.Check(context.Background()); err != nil {
+	if err := h.Server().Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -304,20 +310,21 @@ func TestConcurrentReleasesReturnQuotaOnce(t *testing.T) {
 // before the agent made either, leaves nothing planned behind: the next
 // MIG claim's own changes switch MIG on, and the agent makes it.
 func TestReleasedMIGSetupLeavesNothingHalfMade(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	h.cfg.Policy.AllowModeSwitch = true
-	h.restart()
-	acme := h.tenant("acme", 0)
-	ag, _ := h.node("vm", "dgx-a100")
+	h.Cfg.Policy.AllowModeSwitch = true
+	h.Restart()
+	acme := h.Tenant("acme", 0)
+	ag, _ := h.Node("vm", "dgx-a100")
 	var first api.Claim
-	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
+	h.Must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
 		Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: "3g.20gb"}}}}, 201, &first)
 	if first.State != api.Allocated || !hasChange(first.Allocation, alloc.EnableMIG) {
 		t.Fatalf("first: %s %+v", first.State, first.Allocation)
 	}
-	h.must(acme, "DELETE", "/v1/claims/"+first.ID, nil, 200, nil)
+	h.Must(acme, "DELETE", "/v1/claims/"+first.ID, nil, 200, nil)
 	var second api.Claim
-	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
+	h.Must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
 		Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, MemoryMiB: 2048}}}}, 201, &second)
 	if second.State != api.Allocated {
 		t.Fatalf("second: %s %s", second.State, second.Reason)
@@ -328,11 +335,11 @@ func TestReleasedMIGSetupLeavesNothingHalfMade(t *testing.T) {
 	if err := ag.Step(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	h.must(acme, "GET", "/v1/claims/"+second.ID, nil, 200, &second)
+	h.Must(acme, "GET", "/v1/claims/"+second.ID, nil, 200, &second)
 	if d := second.Allocation.Devices[0].Device; alloc.IsPlanned(d) || !strings.HasPrefix(d, "MIG-") {
 		t.Fatalf("the agent did not make the second claim's instance: %s", d)
 	}
-	if err := h.srv.Check(context.Background()); err != nil {
+	if err := h.Server().Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -354,9 +361,10 @@ func hasChange(a *alloc.Allocation, kind alloc.ChangeKind) bool {
 // so no GPU is over-promised and no claim is re-queued with a false
 // "node lost".
 func TestRebuildsDuringCommitsLoseNothing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	ag, _ := h.node("vm", "l4x4")
+	acme := h.Tenant("acme", 0)
+	ag, _ := h.Node("vm", "l4x4")
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -377,24 +385,24 @@ func TestRebuildsDuringCommitsLoseNothing(t *testing.T) {
 				if w%4 == 0 {
 					req = gpuReq(0, alloc.Exclusive)
 				}
-				code, body := h.call(acme, "POST", "/v1/claims", req)
+				code, body := h.Call(acme, "POST", "/v1/claims", req)
 				if code != 201 {
 					continue
 				}
 				if i%3 != 0 {
 					var c api.Claim
 					mustUnmarshal(t, body, &c)
-					h.call(acme, "DELETE", "/v1/claims/"+c.ID, nil)
+					h.Call(acme, "DELETE", "/v1/claims/"+c.ID, nil)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if err := h.srv.Check(context.Background()); err != nil {
+	if err := h.Server().Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var events []api.Event
-	for _, f := range sseFrames(t, h, h.admin) {
+	for _, f := range sseFrames(t, h, h.Admin) {
 		if f.event == "requeued" {
 			events = append(events, api.Event{Message: f.data})
 		}
@@ -407,13 +415,14 @@ func TestRebuildsDuringCommitsLoseNothing(t *testing.T) {
 // Lists are cursor-paginated and linear: every claim once, in order,
 // across pages; bad limits are 422.
 func TestListClaimsPaginates(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	h.cfg.MaxQueuedPerTenant = -1
-	h.restart()
-	acme := h.tenant("acme", 0)
+	h.Cfg.MaxQueuedPerTenant = -1
+	h.Restart()
+	acme := h.Tenant("acme", 0)
 	const n = 1203
 	for range n {
-		h.must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, nil) // no node: all pending
+		h.Must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, nil) // no node: all pending
 	}
 	seen := map[string]bool{}
 	after, pages, last := "", 0, int64(0)
@@ -422,7 +431,7 @@ func TestListClaimsPaginates(t *testing.T) {
 		if after != "" {
 			path += "&after=" + after
 		}
-		req, _ := http.NewRequest("GET", h.http.URL+path, nil)
+		req, _ := http.NewRequest("GET", h.URL+path, nil)
 		req.Header.Set("Authorization", "Bearer "+acme)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -449,11 +458,11 @@ func TestListClaimsPaginates(t *testing.T) {
 		t.Fatalf("%d claims in %d pages, want %d in 3", len(seen), pages, n)
 	}
 	for _, bad := range []string{"0", "-1", "100000", "x"} {
-		if code, _ := h.call(acme, "GET", "/v1/claims?limit="+bad, nil); code != 422 {
+		if code, _ := h.Call(acme, "GET", "/v1/claims?limit="+bad, nil); code != 422 {
 			t.Fatalf("limit=%s: %d", bad, code)
 		}
 	}
-	if code, _ := h.call(acme, "GET", "/v1/claims?after=abc", nil); code != 422 {
+	if code, _ := h.Call(acme, "GET", "/v1/claims?after=abc", nil); code != 422 {
 		t.Fatalf("a bad cursor: %d", code)
 	}
 }
@@ -461,21 +470,22 @@ func TestListClaimsPaginates(t *testing.T) {
 // A tenant's queue is bounded: past MaxQueuedPerTenant a claim that would
 // wait is refused with 429, and other tenants are unaffected.
 func TestQueuePerTenantIsBounded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	h.cfg.MaxQueuedPerTenant = 5
-	h.restart()
-	acme := h.tenant("acme", 0)
-	beta := h.tenant("beta", 0)
+	h.Cfg.MaxQueuedPerTenant = 5
+	h.Restart()
+	acme := h.Tenant("acme", 0)
+	beta := h.Tenant("beta", 0)
 	for i := range 5 {
-		h.must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, nil)
+		h.Must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, nil)
 		_ = i
 	}
-	code, body := h.call(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice))
+	code, body := h.Call(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice))
 	if code != http.StatusTooManyRequests || !strings.Contains(string(body), "queue full") {
 		t.Fatalf("the 6th queued claim: %d %s", code, body)
 	}
-	h.must(beta, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, nil)
-	if err := h.srv.Check(context.Background()); err != nil {
+	h.Must(beta, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, nil)
+	if err := h.Server().Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -484,17 +494,18 @@ func TestQueuePerTenantIsBounded(t *testing.T) {
 // releasing a failed one or failing a released one is a 409 that carries
 // the current state; repeating a transition answers it again.
 func TestTransitionsConflictWithTheCurrentState(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	h.node("vm", "l4x4")
+	acme := h.Tenant("acme", 0)
+	h.Node("vm", "l4x4")
 	var a, b api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &a)
-	h.must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &b)
-	h.must(acme, "POST", "/v1/claims/"+a.ID+"/running", nil, 200, nil)
-	h.must(acme, "POST", "/v1/claims/"+a.ID+"/running", nil, 200, nil)
-	h.must(acme, "DELETE", "/v1/claims/"+a.ID, nil, 200, nil)
-	h.must(acme, "DELETE", "/v1/claims/"+a.ID, nil, 200, nil)
-	h.must(acme, "POST", "/v1/claims/"+b.ID+"/failed?reason=oom", nil, 200, nil)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &a)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &b)
+	h.Must(acme, "POST", "/v1/claims/"+a.ID+"/running", nil, 200, nil)
+	h.Must(acme, "POST", "/v1/claims/"+a.ID+"/running", nil, 200, nil)
+	h.Must(acme, "DELETE", "/v1/claims/"+a.ID, nil, 200, nil)
+	h.Must(acme, "DELETE", "/v1/claims/"+a.ID, nil, 200, nil)
+	h.Must(acme, "POST", "/v1/claims/"+b.ID+"/failed?reason=oom", nil, 200, nil)
 	for _, tc := range []struct {
 		method, path, state string
 	}{
@@ -503,12 +514,12 @@ func TestTransitionsConflictWithTheCurrentState(t *testing.T) {
 		{"DELETE", "/v1/claims/" + b.ID, "failed"},
 		{"POST", "/v1/claims/" + b.ID + "/running", "failed"},
 	} {
-		code, body := h.call(acme, tc.method, tc.path, nil)
+		code, body := h.Call(acme, tc.method, tc.path, nil)
 		if code != 409 || !strings.Contains(string(body), fmt.Sprintf(`"state":%q`, tc.state)) {
 			t.Fatalf("%s %s: %d %s, want 409 with state %s", tc.method, tc.path, code, body, tc.state)
 		}
 	}
-	if code, _ := h.call(acme, "DELETE", "/v1/claims/c-nope", nil); code != 404 {
+	if code, _ := h.Call(acme, "DELETE", "/v1/claims/c-nope", nil); code != 404 {
 		t.Fatalf("an unknown claim: %d", code)
 	}
 }
@@ -528,17 +539,18 @@ func decodeBody(t *testing.T, resp *http.Response, v any) {
 // another tenant's claims and on agent and admin routes, an agent token on
 // tenant and admin routes and on another node, a deleted token anywhere.
 func TestEveryCredentialStaysInItsPlace(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	beta := h.tenant("beta", 0)
-	h.node("vm", "l4x4")
-	h.node("other", "l4x4")
+	acme := h.Tenant("acme", 0)
+	beta := h.Tenant("beta", 0)
+	h.Node("vm", "l4x4")
+	h.Node("other", "l4x4")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c)
-	agentVM := h.agents["vm"]
+	h.Must(acme, "POST", "/v1/claims", gpuReq(1000, alloc.TimeSlice), 201, &c)
+	agentVM := h.AgentToken("vm")
 	var gone api.Token
-	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &gone)
-	h.must(h.admin, "DELETE", "/v1/tokens/"+gone.ID, nil, 204, nil)
+	h.Must(h.Admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &gone)
+	h.Must(h.Admin, "DELETE", "/v1/tokens/"+gone.ID, nil, 204, nil)
 	reg := api.RegisterRequest{Inventory: alloc.Node{GPUs: []alloc.GPU{}}}
 	for _, tc := range []struct {
 		who, token   string
@@ -574,12 +586,12 @@ func TestEveryCredentialStaysInItsPlace(t *testing.T) {
 		{"none", "", "GET", "/v1/claims", nil, []int{401}},
 		{"garbage", "gs_t_not-a-token", "GET", "/v1/claims", nil, []int{401}},
 	} {
-		code, body := h.call(tc.token, tc.method, tc.path, tc.body)
+		code, body := h.Call(tc.token, tc.method, tc.path, tc.body)
 		if !slices.Contains(tc.want, code) {
 			t.Errorf("%s token: %s %s: %d %s, want %v", tc.who, tc.method, tc.path, code, body, tc.want)
 		}
 	}
-	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
 	if c.State != api.Allocated {
 		t.Fatalf("acme's claim is %s after the attempts", c.State)
 	}
@@ -589,47 +601,49 @@ func TestEveryCredentialStaysInItsPlace(t *testing.T) {
 // nothing then (no GPU to price them at); once GPUs arrive, the queue is
 // placed only as far as the quota allows what the tenant holds.
 func TestClaimsQueuedBeforeTheFleetHonourTheQuota(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 30000) // more than one L4, less than two
+	acme := h.Tenant("acme", 30000) // more than one L4, less than two
 	for range 3 {
-		h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, nil)
+		h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, nil)
 	}
-	h.node("host-a", "l4x4")
-	if err := h.srv.Tick(context.Background()); err != nil {
+	h.Node("host-a", "l4x4")
+	if err := h.Server().Tick(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var held []api.Claim
-	h.must(acme, "GET", "/v1/claims?state=allocated", nil, 200, &held)
+	h.Must(acme, "GET", "/v1/claims?state=allocated", nil, 200, &held)
 	if len(held) != 1 {
 		t.Fatalf("%d whole L4s allocated under a 30000 MiB quota, want 1", len(held))
 	}
 	var usage []api.Usage
-	h.must(acme, "GET", "/v1/usage", nil, 200, &usage)
+	h.Must(acme, "GET", "/v1/usage", nil, 200, &usage)
 	if usage[0].MemoryMiB > 30000 {
 		t.Fatalf("acme holds %d MiB over its quota", usage[0].MemoryMiB)
 	}
-	if err := h.srv.Check(context.Background()); err != nil {
+	if err := h.Server().Check(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // Lists sorted by name page the same way: tenants, tokens and nodes.
 func TestListsByNamePaginate(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	for i := range 7 {
-		h.tenant(fmt.Sprintf("t%d", i), 0) // a tenant and its token each
+		h.Tenant(fmt.Sprintf("t%d", i), 0) // a tenant and its token each
 	}
-	h.node("a", "t4")
-	h.node("b", "t4")
-	h.node("c", "t4")
+	h.Node("a", "t4")
+	h.Node("b", "t4")
+	h.Node("c", "t4")
 	for _, tc := range []struct {
 		path string
 		want int
 	}{{"/v1/tenants", 7}, {"/v1/tokens", 7 + 3 + 1}, {"/v1/nodes", 3}} {
 		seen, after, pages := map[string]bool{}, "", 0
 		for {
-			req, _ := http.NewRequest("GET", h.http.URL+tc.path+"?limit=2&after="+after, nil)
-			req.Header.Set("Authorization", "Bearer "+h.admin)
+			req, _ := http.NewRequest("GET", h.URL+tc.path+"?limit=2&after="+after, nil)
+			req.Header.Set("Authorization", "Bearer "+h.Admin)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -659,36 +673,37 @@ func TestListsByNamePaginate(t *testing.T) {
 // reason that reads like a busy fleet; asked to, it waits for nodes that
 // may join; with no node registered yet, it waits.
 func TestClaimThatCanNeverFitIsRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
+	acme := h.Tenant("acme", 0)
 	var early api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(500*1024, alloc.TimeSlice), 201, &early)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(500*1024, alloc.TimeSlice), 201, &early)
 	if early.State != api.Pending {
 		t.Fatalf("with no node yet: %s", early.State)
 	}
-	h.node("vm", "dgx-a100")
+	h.Node("vm", "dgx-a100")
 	for _, req := range []api.CreateClaimRequest{
 		gpuReq(500*1024, alloc.TimeSlice),
 		{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: "7g.80gb"}}}},
 		{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.Exclusive, Selector: "device.attributes['gpu.nvidia.com'].model == 'H100-80GB-SXM'"}}}},
 	} {
-		code, body := h.call(acme, "POST", "/v1/claims", req)
+		code, body := h.Call(acme, "POST", "/v1/claims", req)
 		if code != 422 || !strings.Contains(string(body), "can never fit") || !strings.Contains(string(body), "largest GPU here has 40960 MiB") {
 			t.Fatalf("%+v: %d %s, want 422 saying it can never fit", req.Requests[0], code, body)
 		}
 		req.WaitForNodes = true
 		var c api.Claim
-		h.must(acme, "POST", "/v1/claims", req, 201, &c)
+		h.Must(acme, "POST", "/v1/claims", req, 201, &c)
 		if c.State != api.Pending {
 			t.Fatalf("waiting for nodes: %s", c.State)
 		}
 	}
 	// A claim that only waits for capacity is still queued.
 	for range 8 {
-		h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, nil)
+		h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, nil)
 	}
 	var busy api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &busy)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &busy)
 	if busy.State != api.Pending {
 		t.Fatalf("a ninth whole A100 on a DGX of eight: %s", busy.State)
 	}
@@ -697,19 +712,20 @@ func TestClaimThatCanNeverFitIsRefused(t *testing.T) {
 // The memory a claim's processes use is shown while the claim lives and
 // gone at the first scrape after its release.
 func TestUsedMemoryMetricForgetsReleasedClaims(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	h.node("vm", "l4x4")
+	acme := h.Tenant("acme", 0)
+	h.Node("vm", "l4x4")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &c)
-	h.advance(time.Second)
-	h.must(h.agents["vm"], "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{{Claim: c.ID, GPUSeconds: 1, MemoryMiB: 1234}}}, 200, nil)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(4000, alloc.TimeSlice), 201, &c)
+	h.Advance(time.Second)
+	h.Must(h.AgentToken("vm"), "POST", "/v1/nodes/vm/heartbeat", api.HeartbeatRequest{Usage: []api.UsageSample{{Claim: c.ID, GPUSeconds: 1, MemoryMiB: 1234}}}, 200, nil)
 	line := `gpuslice_device_memory_used_mib{device="` + c.Allocation.Devices[0].Device + `",node="vm",tenant="acme"} 1234`
-	if _, body := h.call(h.admin, "GET", "/metrics", nil); !strings.Contains(string(body), line) {
+	if _, body := h.Call(h.Admin, "GET", "/metrics", nil); !strings.Contains(string(body), line) {
 		t.Fatalf("no used-memory line for the live claim")
 	}
-	h.must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
-	if _, body := h.call(h.admin, "GET", "/metrics", nil); strings.Contains(string(body), "gpuslice_device_memory_used_mib{") {
+	h.Must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
+	if _, body := h.Call(h.Admin, "GET", "/metrics", nil); strings.Contains(string(body), "gpuslice_device_memory_used_mib{") {
 		t.Fatalf("the released claim's memory is still shown")
 	}
 }

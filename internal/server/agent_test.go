@@ -15,19 +15,21 @@ import (
 	"github.com/gpuslice/gpuslice/internal/client"
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // Time-slicing has no memory isolation: the agent's watchdog compares a
 // claim's processes with its promise and, under policy kill, ends them
 // after the grace period; events and usage reach the server.
 func TestWatchdogKillsOverLimitProcess(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	ag, m := h.node("host-a", "t4")
+	acme := h.Tenant("acme", 0)
+	ag, m := h.Node("host-a", "t4")
 	req := gpuReq(4000, alloc.TimeSlice)
 	req.MemoryPolicy = "kill"
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", req, 201, &c)
+	h.Must(acme, "POST", "/v1/claims", req, 201, &c)
 	ctx := context.Background()
 	if err := ag.Step(ctx); err != nil {
 		t.Fatal(err)
@@ -42,7 +44,7 @@ func TestWatchdogKillsOverLimitProcess(t *testing.T) {
 	if ps, _ := m.Processes(ctx, dev); len(ps) != 1 {
 		t.Fatalf("killed before the grace period: %v", ps)
 	}
-	h.advance(11 * time.Second)
+	h.Advance(11 * time.Second)
 	if err := ag.Step(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func TestWatchdogKillsOverLimitProcess(t *testing.T) {
 	// The events reach watchers (Server-Sent Events).
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req2, _ := http.NewRequestWithContext(sctx, "GET", h.http.URL+"/v1/events?since=0", nil)
+	req2, _ := http.NewRequestWithContext(sctx, "GET", h.URL+"/v1/events?since=0", nil)
 	req2.Header.Set("Authorization", "Bearer "+acme)
 	resp, err := http.DefaultClient.Do(req2)
 	if err != nil {
@@ -73,7 +75,7 @@ func TestWatchdogKillsOverLimitProcess(t *testing.T) {
 		}
 	}
 	var usage []api.Usage
-	h.must(h.admin, "GET", "/v1/usage", nil, 200, &usage)
+	h.Must(h.Admin, "GET", "/v1/usage", nil, 200, &usage)
 	found := false
 	for _, u := range usage {
 		found = found || (u.Tenant == "acme" && u.GPUSeconds > 0 && u.SMSeconds > 0)
@@ -83,12 +85,12 @@ func TestWatchdogKillsOverLimitProcess(t *testing.T) {
 	}
 	// The claim carries its own totals, for per-claim billing.
 	var got api.Claim
-	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
+	h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
 	if got.Used == nil || got.Used.GPUSeconds <= 0 || got.Used.SMSeconds <= 0 || got.Used.MemoryMiBSeconds <= 0 {
 		t.Errorf("claim %s used %+v, want GPU-, SM- and MiB-seconds", c.ID, got.Used)
 	}
 	// The metrics export them per tenant.
-	_, body := h.call(h.admin, "GET", "/metrics", nil)
+	_, body := h.Call(h.Admin, "GET", "/metrics", nil)
 	metrics := string(body)
 	for _, want := range []string{`gpuslice_tenant_sm_seconds_total{tenant="acme"}`, `gpuslice_tenant_memory_mib_seconds_total{tenant="acme"}`} {
 		if !strings.Contains(metrics, want) {
@@ -101,13 +103,14 @@ func TestWatchdogKillsOverLimitProcess(t *testing.T) {
 // allocator places nothing new on it, a running claim on it fails and a
 // reserved one goes back to the queue.
 func TestFatalXIDStopsPlacements(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	ag, m := h.node("host-a", "l4x4")
+	acme := h.Tenant("acme", 0)
+	ag, m := h.Node("host-a", "l4x4")
 	var running, reserved api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &running)
-	h.must(acme, "POST", "/v1/claims/"+running.ID+"/running", nil, 200, nil)
-	h.must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &reserved)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &running)
+	h.Must(acme, "POST", "/v1/claims/"+running.ID+"/running", nil, 200, nil)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(0, alloc.Exclusive), 201, &reserved)
 	idx := func(c api.Claim) int {
 		for _, g := range mustGPUs(t, m) {
 			if g.UUID == c.Allocation.Devices[0].GPU {
@@ -125,8 +128,8 @@ func TestFatalXIDStopsPlacements(t *testing.T) {
 	if err := ag.Step(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	h.must(acme, "GET", "/v1/claims/"+running.ID, nil, 200, &running)
-	h.must(acme, "GET", "/v1/claims/"+reserved.ID+"?wait=2s&state=allocated", nil, 200, &reserved)
+	h.Must(acme, "GET", "/v1/claims/"+running.ID, nil, 200, &running)
+	h.Must(acme, "GET", "/v1/claims/"+reserved.ID+"?wait=2s&state=allocated", nil, 200, &reserved)
 	if running.State != api.Failed || !strings.Contains(running.Reason, "unhealthy") {
 		t.Fatalf("running claim on a failed GPU: %s %q", running.State, running.Reason)
 	}
@@ -145,12 +148,12 @@ func TestFatalXIDStopsPlacements(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n api.Node
-	h.must(h.admin, "GET", "/v1/nodes/host-a", nil, 200, &n)
+	h.Must(h.Admin, "GET", "/v1/nodes/host-a", nil, 200, &n)
 	if n.Inventory.GPUs[0].Healthy {
 		t.Fatal("GPU still healthy after XID 79")
 	}
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 1000}}}}, 201, &c)
+	h.Must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 1000}}}}, 201, &c)
 	if c.State != api.Pending || !strings.Contains(c.Reason, "GPU unhealthy") {
 		t.Fatalf("placed on an unhealthy GPU: %+v", c)
 	}
@@ -170,11 +173,12 @@ func mustGPUs(t *testing.T, m interface {
 // A restarted agent adopts what exists on the GPUs: it creates nothing
 // twice and destroys nothing.
 func TestAgentRestartAdopts(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	ag, m := h.node("host-a", "mixed")
+	acme := h.Tenant("acme", 0)
+	ag, m := h.Node("host-a", "mixed")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
+	h.Must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
 		Requests: []alloc.Request{{Name: "gpu", Profile: "2g.10gb"}}}}, 201, &c)
 	if err := ag.Step(context.Background()); err != nil {
 		t.Fatal(err)
@@ -197,7 +201,7 @@ func TestAgentRestartAdopts(t *testing.T) {
 	if fmt.Sprint(before) != fmt.Sprint(after) {
 		t.Fatalf("restart changed the hardware:\nbefore %+v\nafter  %+v", before, after)
 	}
-	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
+	h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &c)
 	if c.State != api.Allocated || alloc.IsPlanned(c.Allocation.Devices[0].Device) {
 		t.Fatalf("claim after the restart: %+v", c)
 	}
@@ -208,13 +212,11 @@ func TestAgentRestartAdopts(t *testing.T) {
 // same credential.
 func agentClient(t *testing.T, h *harness, node string) *client.Client {
 	t.Helper()
-	h.mu.Lock()
-	secret := h.agents[node]
-	h.mu.Unlock()
+	secret := h.AgentToken(node)
 	if secret == "" {
 		t.Fatalf("no agent token for node %s", node)
 	}
-	c, err := client.New(h.http.URL, secret, nil)
+	c, err := client.New(h.URL, secret, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,17 +226,18 @@ func agentClient(t *testing.T, h *harness, node string) *client.Client {
 // An instance of a running claim destroyed behind gpuslice's back is
 // reported as drift, once, and not re-created or touched.
 func TestAgentReportsDrift(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	ag, m := h.node("host-a", "mixed")
+	acme := h.Tenant("acme", 0)
+	ag, m := h.Node("host-a", "mixed")
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
+	h.Must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationHardware,
 		Requests: []alloc.Request{{Name: "gpu", Profile: "1g.5gb"}}}}, 201, &c)
 	ctx := context.Background()
 	if err := ag.Step(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, &c)
+	h.Must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, &c)
 	dev := c.Allocation.Devices[0]
 	var idx int
 	for _, g := range mustGPUs(t, m) {
@@ -250,7 +253,7 @@ func TestAgentReportsDrift(t *testing.T) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(sctx, "GET", h.http.URL+"/v1/events?since=0", nil)
+	req, _ := http.NewRequestWithContext(sctx, "GET", h.URL+"/v1/events?since=0", nil)
 	req.Header.Set("Authorization", "Bearer "+acme)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -280,14 +283,15 @@ func TestAgentReportsDrift(t *testing.T) {
 // faultPolicy requeue sends a running claim back to the queue instead of
 // failing it when its GPU becomes unhealthy.
 func TestFaultPolicyRequeue(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	ag, m := h.node("host-a", "l4x4")
+	acme := h.Tenant("acme", 0)
+	ag, m := h.Node("host-a", "l4x4")
 	req := gpuReq(0, alloc.Exclusive)
 	req.FaultPolicy = "requeue"
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", req, 201, &c)
-	h.must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, nil)
+	h.Must(acme, "POST", "/v1/claims", req, 201, &c)
+	h.Must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, nil)
 	for _, g := range mustGPUs(t, m) {
 		if g.UUID == c.Allocation.Devices[0].GPU {
 			if err := m.InjectXID(g.Index, 79); err != nil {
@@ -302,20 +306,15 @@ func TestFaultPolicyRequeue(t *testing.T) {
 	// places it on a healthy GPU. Decode into a fresh value each time: a
 	// pending claim has no allocation, and decoding into c would keep the old.
 	old := c.Allocation.Devices[0].GPU
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testkit.Eventually(t, 5*time.Second, "the re-queued claim placed again", func() (bool, string) {
 		var got api.Claim
-		h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
+		h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
 		if got.State == api.Failed || (got.Allocation != nil && got.Allocation.Devices[0].GPU == old) {
 			t.Fatalf("claim with faultPolicy requeue: %s on %v", got.State, got.Allocation)
 		}
-		if got.State == api.Allocated {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the re-queued claim was never placed again: %s (%s)", got.State, got.Reason)
-		}
-	}
-	code, body := h.call(acme, "POST", "/v1/claims", `{"requests":[{"name":"gpu"}],"faultPolicy":"retry"}`)
+		return got.State == api.Allocated, fmt.Sprintf("%s (%s)", got.State, got.Reason)
+	})
+	code, body := h.Call(acme, "POST", "/v1/claims", `{"requests":[{"name":"gpu"}],"faultPolicy":"retry"}`)
 	if code != 422 || !strings.Contains(string(body), "want fail or requeue") {
 		t.Fatalf("bad faultPolicy: %d %s", code, body)
 	}
@@ -324,8 +323,9 @@ func TestFaultPolicyRequeue(t *testing.T) {
 // A running agent forwards the device layer's health events to the
 // server, and the GPU it marks unhealthy shows in the node's inventory.
 func TestAgentForwardsHealthEvents(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	_, m := h.node("host-a", "t4") // registers the node and gives the machine
+	_, m := h.Node("host-a", "t4") // registers the node and gives the machine
 	ag, err := agent.New(agent.Config{Name: "host-a", Client: agentClient(t, h, "host-a"), Device: m, Interval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -333,37 +333,18 @@ func TestAgentForwardsHealthEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = ag.Run(ctx) }()
-	for wait := time.Now().Add(5 * time.Second); m.Subscribers() == 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(wait) {
-			t.Fatal("the agent never subscribed to device events")
-		}
-	}
+	testkit.Eventually(t, 5*time.Second, "the agent to subscribe to device events", testkit.Bool(func() bool { return m.Subscribers() > 0 }))
 	if err := m.InjectXID(0, 48); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, 5*time.Second, "the GPU to show unhealthy", func() (bool, string) {
 		var n api.Node
-		h.must(h.admin, "GET", "/v1/nodes/host-a", nil, 200, &n)
-		if !n.Inventory.GPUs[0].Healthy {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the GPU never showed unhealthy")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		h.Must(h.Admin, "GET", "/v1/nodes/host-a", nil, 200, &n)
+		return !n.Inventory.GPUs[0].Healthy, ""
+	})
 	// The health flag and the event travel separately (inventory vs event
 	// post), so poll the event log until the xid shows up.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if sawEvent(t, ctx, h, "event: xid") {
-			return
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-	}
-	t.Fatal("no xid event reached the server")
+	testkit.Eventually(t, 5*time.Second, "the xid event to reach the server", testkit.Bool(func() bool { return sawEvent(t, ctx, h, "event: xid") }))
 }
 
 // sawEvent reads the event log from the start (a short window) and reports
@@ -372,8 +353,8 @@ func sawEvent(t *testing.T, ctx context.Context, h *harness, prefix string) bool
 	t.Helper()
 	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer scancel()
-	req, _ := http.NewRequestWithContext(sctx, "GET", h.http.URL+"/v1/events?since=0", nil)
-	req.Header.Set("Authorization", "Bearer "+h.admin)
+	req, _ := http.NewRequestWithContext(sctx, "GET", h.URL+"/v1/events?since=0", nil)
+	req.Header.Set("Authorization", "Bearer "+h.Admin)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -392,12 +373,13 @@ func sawEvent(t *testing.T, ctx context.Context, h *harness, prefix string) bool
 // holding its promised memory: usage is measured, a killed process comes
 // back while the claim runs, and it stops when the claim is released.
 func TestSimulatedWorkloads(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	ag, m := h.node("host-a", "l4x4", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
+	acme := h.Tenant("acme", 0)
+	ag, m := h.Node("host-a", "l4x4", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
 	ctx := context.Background()
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", gpuReq(6000, alloc.TimeSlice), 201, &c)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(6000, alloc.TimeSlice), 201, &c)
 	dev := c.Allocation.Devices[0].Device
 	procs := func() []gpu.Process {
 		t.Helper()
@@ -413,7 +395,7 @@ func TestSimulatedWorkloads(t *testing.T) {
 	if ps := procs(); len(ps) != 0 {
 		t.Fatalf("an allocated claim that is not running has processes: %+v", ps)
 	}
-	h.must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, nil)
+	h.Must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, nil)
 	ps := procs()
 	if len(ps) != 1 || ps[0].MemoryMiB != 6000 {
 		t.Fatalf("running claim's simulated processes: %+v, want one holding 6000 MiB", ps)
@@ -424,13 +406,13 @@ func TestSimulatedWorkloads(t *testing.T) {
 	if again := procs(); len(again) != 1 || again[0].PID != ps[0].PID {
 		t.Fatalf("after a crash: %+v, want pid %d back", again, ps[0].PID)
 	}
-	h.pass(30*time.Second, ag)
+	h.Pass(30*time.Second, ag)
 	var got api.Claim
-	h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
+	h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, &got)
 	if got.Used == nil || got.Used.GPUSeconds < 20 || got.Used.SMSeconds <= 0 {
 		t.Fatalf("usage of a simulated claim after 30s: %+v", got.Used)
 	}
-	h.must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
+	h.Must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
 	if ps := procs(); len(ps) != 0 {
 		t.Fatalf("a released claim's simulated process still runs: %+v", ps)
 	}
@@ -439,25 +421,26 @@ func TestSimulatedWorkloads(t *testing.T) {
 // A released claim's simulated process goes before the layout changes of
 // the same step, so a new claim can evict its instance at once.
 func TestSimulatedProcessStopsBeforeEviction(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	ag, m := h.node("host-a", "mixed", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
+	acme := h.Tenant("acme", 0)
+	ag, m := h.Node("host-a", "mixed", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
 	ctx := context.Background()
 	mig := func(profile string) api.CreateClaimRequest {
 		return api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: profile}}}}
 	}
 	var x, y, z api.Claim
-	h.must(acme, "POST", "/v1/claims", mig("7g.40gb"), 201, &x)
-	h.must(acme, "POST", "/v1/claims", mig("3g.20gb"), 201, &y)
+	h.Must(acme, "POST", "/v1/claims", mig("7g.40gb"), 201, &x)
+	h.Must(acme, "POST", "/v1/claims", mig("3g.20gb"), 201, &y)
 	if err := ag.Step(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.must(acme, "POST", "/v1/claims/"+y.ID+"/running", nil, 200, nil)
+	h.Must(acme, "POST", "/v1/claims/"+y.ID+"/running", nil, 200, nil)
 	if err := ag.Step(ctx); err != nil { // y's simulated process starts
 		t.Fatal(err)
 	}
-	h.must(acme, "DELETE", "/v1/claims/"+y.ID, nil, 200, nil)
-	h.must(acme, "POST", "/v1/claims", mig("7g.40gb"), 201, &z)
+	h.Must(acme, "DELETE", "/v1/claims/"+y.ID, nil, 200, nil)
+	h.Must(acme, "POST", "/v1/claims", mig("7g.40gb"), 201, &z)
 	if z.State != api.Allocated {
 		t.Fatalf("z: %s %s", z.State, z.Reason)
 	}

@@ -19,16 +19,17 @@ func pinnedReq(node string, r alloc.Request) api.CreateClaimRequest {
 // only by the pin, are not reported as a "selector mismatch" the user
 // never wrote.
 func TestPinnedClaimReasonNamesOnlyItsNode(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	h.node("host-a", "l4x4")
-	h.node("host-b", "l4x4")
+	acme := h.Tenant("acme", 0)
+	h.Node("host-a", "l4x4")
+	h.Node("host-b", "l4x4")
 	for i := range 4 { // host-a full
-		h.must(acme, "POST", "/v1/claims", pinnedReq("host-a", alloc.Request{Mode: alloc.Exclusive}), 201, nil)
+		h.Must(acme, "POST", "/v1/claims", pinnedReq("host-a", alloc.Request{Mode: alloc.Exclusive}), 201, nil)
 		_ = i
 	}
 	var c api.Claim
-	h.must(acme, "POST", "/v1/claims", pinnedReq("host-a", alloc.Request{MemoryMiB: 4096}), 201, &c)
+	h.Must(acme, "POST", "/v1/claims", pinnedReq("host-a", alloc.Request{MemoryMiB: 4096}), 201, &c)
 	if c.State != api.Pending {
 		t.Fatalf("claim %s %q, want pending", c.State, c.Reason)
 	}
@@ -45,10 +46,11 @@ func TestPinnedClaimReasonNamesOnlyItsNode(t *testing.T) {
 // A profile the node's GPUs do not have is refused with the profiles they
 // do have.
 func TestUnknownProfileListsTheModelsProfiles(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	h.node("dgx", "dgx-a100")
-	code, body := h.call(acme, "POST", "/v1/claims", pinnedReq("dgx", alloc.Request{Mode: alloc.MIG, Profile: "3g.40gb"}))
+	acme := h.Tenant("acme", 0)
+	h.Node("dgx", "dgx-a100")
+	code, body := h.Call(acme, "POST", "/v1/claims", pinnedReq("dgx", alloc.Request{Mode: alloc.MIG, Profile: "3g.40gb"}))
 	if code != 422 {
 		t.Fatalf("HTTP %d %s, want 422", code, body)
 	}
@@ -67,34 +69,35 @@ func TestUnknownProfileListsTheModelsProfiles(t *testing.T) {
 // holder's next renewal hears it is over. Unpinned claims go back to the
 // queue.
 func TestPinnedClaimFailsWhenItsNodeIsRemoved(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	h.node("host-a", "l4x4")
-	h.node("host-b", "l4x4")
+	acme := h.Tenant("acme", 0)
+	h.Node("host-a", "l4x4")
+	h.Node("host-b", "l4x4")
 	var held, waiting, free api.Claim
 	req := pinnedReq("host-a", alloc.Request{Mode: alloc.Exclusive})
 	req.LeaseSeconds = 30
-	h.must(acme, "POST", "/v1/claims", req, 201, &held)
+	h.Must(acme, "POST", "/v1/claims", req, 201, &held)
 	for range 3 {
-		h.must(acme, "POST", "/v1/claims", pinnedReq("host-a", alloc.Request{Mode: alloc.Exclusive}), 201, nil)
+		h.Must(acme, "POST", "/v1/claims", pinnedReq("host-a", alloc.Request{Mode: alloc.Exclusive}), 201, nil)
 	}
-	h.must(acme, "POST", "/v1/claims", pinnedReq("host-a", alloc.Request{Mode: alloc.Exclusive}), 201, &waiting)
-	h.must(acme, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, &free)
+	h.Must(acme, "POST", "/v1/claims", pinnedReq("host-a", alloc.Request{Mode: alloc.Exclusive}), 201, &waiting)
+	h.Must(acme, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, &free)
 	if held.State != api.Allocated || waiting.State != api.Pending {
 		t.Fatalf("set-up: held %s, waiting %s", held.State, waiting.State)
 	}
-	h.must(h.admin, "DELETE", "/v1/nodes/host-a", nil, 204, nil)
+	h.Must(h.Admin, "DELETE", "/v1/nodes/host-a", nil, 204, nil)
 	for _, c := range []*api.Claim{&held, &waiting} {
-		h.must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, c)
+		h.Must(acme, "GET", "/v1/claims/"+c.ID, nil, 200, c)
 		if c.State != api.Failed || !strings.Contains(c.Reason, "node host-a was removed") {
 			t.Errorf("claim %s pinned to the removed node: %s %q, want failed saying so", c.ID, c.State, c.Reason)
 		}
 	}
-	code, body := h.call(acme, "POST", "/v1/claims/"+held.ID+"/renew", nil)
+	code, body := h.Call(acme, "POST", "/v1/claims/"+held.ID+"/renew", nil)
 	if code != 409 || !strings.Contains(string(body), "node host-a was removed") {
 		t.Errorf("renewing the failed claim: HTTP %d %s, want 409 with the reason", code, body)
 	}
-	h.must(acme, "GET", "/v1/claims/"+free.ID, nil, 200, &free)
+	h.Must(acme, "GET", "/v1/claims/"+free.ID, nil, 200, &free)
 	if free.State == api.Failed {
 		t.Errorf("an unpinned claim failed: %q", free.Reason)
 	}
@@ -104,10 +107,11 @@ func TestPinnedClaimFailsWhenItsNodeIsRemoved(t *testing.T) {
 // index on its node and `UUID` always its uuid, in every family that has
 // them (gpuslice_gpu_healthy once had `gpu` for the uuid).
 func TestMetricLabelsMeanOneThing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	h.node("host-a", "dgx-a100")
-	h.must(acme, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, nil)
+	acme := h.Tenant("acme", 0)
+	h.Node("host-a", "dgx-a100")
+	h.Must(acme, "POST", "/v1/claims", gpuReq(2000, alloc.TimeSlice), 201, nil)
 	fams := scrape(t, h)
 	seen := 0
 	for name, f := range fams {
@@ -131,12 +135,13 @@ func TestMetricLabelsMeanOneThing(t *testing.T) {
 
 // Admin, agent and tenant secrets say their role at a glance.
 func TestTokenPrefixesAreDistinct(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	h.tenant("acme", 0)
+	h.Tenant("acme", 0)
 	var agentTok, tenantTok api.Token
-	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent}, 201, &agentTok)
-	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &tenantTok)
-	for secret, want := range map[string]string{h.admin: "gs_admin_", agentTok.Secret: "gs_agent_", tenantTok.Secret: "gs_t_"} {
+	h.Must(h.Admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent}, 201, &agentTok)
+	h.Must(h.Admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: "acme"}, 201, &tenantTok)
+	for secret, want := range map[string]string{h.Admin: "gs_admin_", agentTok.Secret: "gs_agent_", tenantTok.Secret: "gs_t_"} {
 		if !strings.HasPrefix(secret, want) {
 			t.Errorf("secret %q, want prefix %s", secret, want)
 		}

@@ -44,12 +44,13 @@ var hostileUUIDs = []struct{ name, id string }{
 // uuid is a 422 naming the field, over real HTTP; the node is not
 // registered and the message carries no control character.
 func TestHostileUUIDsRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
 	var tok api.Token
-	h.must(h.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent, Node: "evil"}, 201, &tok)
+	h.Must(h.Admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleAgent, Node: "evil"}, 201, &tok)
 	check := func(what string, inv alloc.Node, field string) {
 		t.Helper()
-		code, body := h.call(tok.Secret, "PUT", "/v1/nodes/evil", api.RegisterRequest{Inventory: inv, Simulated: true})
+		code, body := h.Call(tok.Secret, "PUT", "/v1/nodes/evil", api.RegisterRequest{Inventory: inv, Simulated: true})
 		var e api.Error
 		if err := json.Unmarshal(body, &e); err != nil {
 			t.Fatalf("%s: %d %s", what, code, body)
@@ -70,22 +71,22 @@ func TestHostileUUIDsRefused(t *testing.T) {
 	label := hostileInventory(okGPU1, okMIG)
 	label.Labels = map[string]string{"zone": "a\nb"}
 	check("label with a newline", label, `inventory.labels["zone"]`)
-	if code, body := h.call(h.admin, "GET", "/v1/nodes/evil", nil); code != http.StatusNotFound {
+	if code, body := h.Call(h.Admin, "GET", "/v1/nodes/evil", nil); code != http.StatusNotFound {
 		t.Fatalf("the node was registered: %d %s", code, body)
 	}
 
 	// The same node with NVML's uuids registers; a heartbeat carrying a
 	// hostile inventory is refused and leaves the stored one alone.
-	h.must(tok.Secret, "PUT", "/v1/nodes/evil", api.RegisterRequest{Inventory: hostileInventory(okGPU1, okMIG), Simulated: true}, 200, nil)
+	h.Must(tok.Secret, "PUT", "/v1/nodes/evil", api.RegisterRequest{Inventory: hostileInventory(okGPU1, okMIG), Simulated: true}, 200, nil)
 	bad := hostileInventory("GPU-../../etc", okMIG)
-	code, body := h.call(tok.Secret, "POST", "/v1/nodes/evil/heartbeat", api.HeartbeatRequest{Inventory: &bad})
+	code, body := h.Call(tok.Secret, "POST", "/v1/nodes/evil/heartbeat", api.HeartbeatRequest{Inventory: &bad})
 	var e api.Error
 	_ = json.Unmarshal(body, &e)
 	if code != http.StatusUnprocessableEntity || e.Field != "inventory.gpus[1].uuid" {
 		t.Errorf("heartbeat: HTTP %d %s; want 422 naming inventory.gpus[1].uuid", code, body)
 	}
 	var n api.Node
-	h.must(h.admin, "GET", "/v1/nodes/evil", nil, 200, &n)
+	h.Must(h.Admin, "GET", "/v1/nodes/evil", nil, 200, &n)
 	if len(n.Inventory.GPUs) != 2 || n.Inventory.GPUs[1].UUID != okGPU1 {
 		t.Errorf("stored inventory %+v", n.Inventory)
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/server"
 	"github.com/gpuslice/gpuslice/internal/state"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 var linzLong = flag.Bool("linz.long", false,
@@ -66,7 +67,8 @@ var linzLong = flag.Bool("linz.long", false,
 // -linz.long or the GPUSLICE_LINZ_* variables run longer. On a violation the Porcupine
 // visualization is written under $GPUSLICE_LINZ_OUT (else a new temporary
 // directory, kept) and its path printed. GPUSLICE_LINZ_BIN runs a given
-// gpuslice binary instead of building ./cmd/gpuslice.
+// gpuslice binary instead of testkit's (GPUSLICE_BIN, or ./cmd/gpuslice
+// built once per run).
 func TestClaimsLinearizable(t *testing.T) {
 	cfg := linzConfigFromEnv(t)
 	bin := linzBinary(t)
@@ -243,45 +245,14 @@ func linzConfigFromEnv(t *testing.T) linzConfig {
 	return c
 }
 
-// linzBinary is $GPUSLICE_LINZ_BIN or ./cmd/gpuslice built into a
-// temporary directory from the module root above the working directory.
+// linzBinary is $GPUSLICE_LINZ_BIN, else the gpuslice binary of this
+// checkout that testkit builds once per run ($GPUSLICE_BIN when set).
 func linzBinary(t *testing.T) string {
 	t.Helper()
 	if b := os.Getenv("GPUSLICE_LINZ_BIN"); b != "" {
 		return b
 	}
-	root, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(root)
-		if parent == root {
-			t.Fatal("no go.mod above the working directory")
-		}
-		root = parent
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "gpuslice")
-	var out []byte
-	for try := 0; try < 2; try++ { // a build cache written concurrently can fail a build once
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		cmd := exec.CommandContext(ctx, goTool, "build", "-o", bin, "./cmd/gpuslice")
-		cmd.Dir = root
-		out, err = cmd.CombinedOutput()
-		cancel()
-		if err == nil {
-			return bin
-		}
-	}
-	t.Fatalf("go build ./cmd/gpuslice: %v\n%s", err, out)
-	return ""
+	return testkit.GpusliceBinary(t)
 }
 
 // linzOp is what a recorded operation does to a claim.

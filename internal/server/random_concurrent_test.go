@@ -46,6 +46,7 @@ import (
 // GPUSLICE_RANDOM_SEEDS=N runs seeds 0..N-1 (default 4);
 // GPUSLICE_RANDOM_SEED=S runs seed S alone.
 func TestRandomServerConcurrent(t *testing.T) {
+	t.Parallel()
 	seeds := []uint64{0, 1, 2, 3}
 	if v := os.Getenv("GPUSLICE_RANDOM_SEEDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -70,6 +71,7 @@ func TestRandomServerConcurrent(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			newConcRun(t, seed).run(ctx, phases, workers, ops)
@@ -140,11 +142,11 @@ func newConcRun(t *testing.T, seed uint64) *concRun {
 		mem  int64
 	}{{"acme", 60000}, {"beta", 0}, {"carol", 25000}, {"dora", 40000}} {
 		r.names = append(r.names, tq.name)
-		r.tokens[tq.name] = h.tenant(tq.name, tq.mem)
+		r.tokens[tq.name] = h.Tenant(tq.name, tq.mem)
 	}
 	for i, preset := range []string{"mixed", "l4x4", "mixed"} {
 		name := fmt.Sprintf("node-%d", i)
-		ag, m := h.node(name, preset, func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
+		ag, m := h.Node(name, preset, func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
 		r.nodes = append(r.nodes, &concNode{name: name, ag: ag, m: m})
 	}
 	return r
@@ -167,7 +169,7 @@ func (r *concRun) run(ctx context.Context, phases, workers, ops int) {
 		// At rest: a restart, time passing, nodes going silent or coming
 		// back — the next phase's sweeps (Tick) see them.
 		if rng.IntN(2) == 0 {
-			r.h.restart()
+			r.h.Restart()
 			r.count("restart")
 			r.check(ctx, fmt.Sprintf("after the restart following phase %d", p))
 			if t.Failed() {
@@ -184,9 +186,9 @@ func (r *concRun) run(ctx context.Context, phases, workers, ops int) {
 		}
 		switch rng.IntN(4) {
 		case 0:
-			r.h.advance(40 * time.Second) // past the node timeout: the next sweeps mark silent (and slow) nodes lost
+			r.h.Advance(40 * time.Second) // past the node timeout: the next sweeps mark silent (and slow) nodes lost
 		case 1, 2:
-			r.h.advance(10 * time.Second)
+			r.h.Advance(10 * time.Second)
 		}
 	}
 	for _, n := range r.nodes {
@@ -230,7 +232,7 @@ func (r *concRun) do(ctx context.Context, token, method, path string, body any) 
 		}
 		rd = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, r.h.http.URL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, r.h.URL+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -379,7 +381,7 @@ func (r *concRun) op(ctx context.Context, who string, rng *rand.Rand, hot []stri
 		r.mu.Lock()
 		r.puts[tenant] = append(r.puts[tenant], q)
 		r.mu.Unlock()
-		code, body, err := r.do(ctx, r.h.admin, "PUT", "/v1/tenants/"+tenant, api.Tenant{MemoryMiB: q.mem, ComputePercent: q.comp})
+		code, body, err := r.do(ctx, r.h.Admin, "PUT", "/v1/tenants/"+tenant, api.Tenant{MemoryMiB: q.mem, ComputePercent: q.comp})
 		r.note("%s: PUT quota of %s %+v → %d", who, tenant, q, code)
 		if err != nil || code != 200 {
 			r.fail("%s: PUT quota of %s: %d %s %v", who, tenant, code, body, err)
@@ -387,14 +389,14 @@ func (r *concRun) op(ctx context.Context, who string, rng *rand.Rand, hot []stri
 		r.count("quota change")
 	case op < 84:
 		n := r.nodes[rng.IntN(len(r.nodes))]
-		code, body, err := r.do(ctx, r.h.admin, "DELETE", "/v1/nodes/"+n.name, nil)
+		code, body, err := r.do(ctx, r.h.Admin, "DELETE", "/v1/nodes/"+n.name, nil)
 		r.note("%s: DELETE node %s → %d", who, n.name, code)
 		if err != nil || (code != 204 && code != 404) {
 			r.fail("%s: DELETE node %s: %d %s %v", who, n.name, code, body, err)
 		}
 		r.count(fmt.Sprintf("node delete %d", code))
 	default:
-		err := r.h.srv.Tick(ctx)
+		err := r.h.Server().Tick(ctx)
 		r.note("%s: tick", who)
 		if err != nil {
 			r.fail("%s: tick: %v", who, err)
@@ -599,7 +601,7 @@ func clientErrors(err error) []*client.Error {
 // check runs Server.Check at rest.
 func (r *concRun) check(ctx context.Context, when string) {
 	r.t.Helper()
-	if err := r.h.srv.Check(ctx); err != nil {
+	if err := r.h.Server().Check(ctx); err != nil {
 		r.fail("Check %s: %v", when, err)
 	}
 }
@@ -610,8 +612,8 @@ func (r *concRun) listAll(ctx context.Context) []api.Claim {
 	path := "/v1/claims?limit=1000"
 	for {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, "GET", r.h.http.URL+path, nil)
-		req.Header.Set("Authorization", "Bearer "+r.h.admin)
+		req, _ := http.NewRequestWithContext(ctx, "GET", r.h.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+r.h.Admin)
 		resp, err := r.hc.Do(req)
 		if err != nil {
 			cancel()
@@ -705,7 +707,7 @@ func (r *concRun) atRest(ctx context.Context, when string) {
 		path string
 		out  any
 	}{{"/v1/usage", &usage}, {"/v1/tenants", &tenants}} {
-		code, body, err := r.do(ctx, r.h.admin, "GET", q.path, nil)
+		code, body, err := r.do(ctx, r.h.Admin, "GET", q.path, nil)
 		if err != nil || code != 200 || json.Unmarshal(body, q.out) != nil {
 			t.Errorf("seed %d %s: GET %s: %d %s %v", r.seed, when, q.path, code, body, err)
 			return
@@ -818,7 +820,7 @@ func (r *concRun) drain(ctx context.Context, workers int) {
 	if t.Failed() {
 		return
 	}
-	if err := r.h.srv.Tick(ctx); err != nil {
+	if err := r.h.Server().Tick(ctx); err != nil {
 		r.fail("drain: tick: %v", err)
 	}
 	r.atRest(ctx, "after the drain")
@@ -830,7 +832,7 @@ func (r *concRun) drain(ctx context.Context, workers int) {
 			t.Errorf("seed %d: after the drain, claim %s is %s", r.seed, c.ID, c.State)
 		}
 	}
-	code, body, err := r.do(ctx, r.h.admin, "GET", "/v1/usage", nil)
+	code, body, err := r.do(ctx, r.h.Admin, "GET", "/v1/usage", nil)
 	var usage []api.Usage
 	if err != nil || code != 200 || json.Unmarshal(body, &usage) != nil {
 		t.Fatalf("seed %d: usage after the drain: %d %s %v", r.seed, code, body, err)
@@ -840,6 +842,6 @@ func (r *concRun) drain(ctx context.Context, workers int) {
 			t.Errorf("seed %d: after the drain, tenant %s still holds %+v", r.seed, u.Tenant, u)
 		}
 	}
-	r.h.restart()
+	r.h.Restart()
 	r.check(ctx, "after the drain and a restart")
 }

@@ -24,12 +24,13 @@ import (
 // step: the allocator's rules hold, the store and the scheduler agree, and
 // the quota counters equal the charges of the stored claims.
 func TestRandomServerSequences(t *testing.T) {
+	t.Parallel()
 	seeds, steps := 12, 150
 	if testing.Short() {
 		seeds, steps = 3, 80
 	}
 	for seed := range seeds {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { randomServerRun(t, uint64(seed), steps) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { t.Parallel(); randomServerRun(t, uint64(seed), steps) })
 	}
 }
 
@@ -55,15 +56,15 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 	ctx := context.Background()
 	tenants := map[string]string{}
 	for name, quota := range map[string]int64{"acme": 60000, "beta": 0, "carol": 25000} {
-		tenants[name] = h.tenant(name, quota)
+		tenants[name] = h.Tenant(name, quota)
 		// Claims ask for priorities 0..2 (randomRequest): an admin lets them.
-		h.must(h.admin, "PUT", "/v1/tenants/"+name, api.Tenant{MemoryMiB: quota, MaxPriority: 2}, 200, nil)
+		h.Must(h.Admin, "PUT", "/v1/tenants/"+name, api.Tenant{MemoryMiB: quota, MaxPriority: 2}, 200, nil)
 	}
 	names := []string{"acme", "beta", "carol"}
 	var nodes []*randNode
 	for i, preset := range []string{"mixed", "l4x4"} {
 		name := fmt.Sprintf("node-%d", i)
-		ag, m := h.node(name, preset, func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
+		ag, m := h.Node(name, preset, func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
 		nodes = append(nodes, &randNode{name: name, ag: ag, m: m})
 	}
 	var claims []string
@@ -72,7 +73,7 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 	defer func() { t.Logf("seed %d: %v", seed, stats) }()
 	step := func(what string, i int) {
 		t.Helper()
-		if err := h.srv.Check(ctx); err != nil {
+		if err := h.Server().Check(ctx); err != nil {
 			t.Fatalf("seed %d step %d (%s): %v", seed, i, what, err)
 		}
 	}
@@ -95,7 +96,7 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 		case op < 14:
 			tenant := names[rng.IntN(len(names))]
 			req := randomRequest(rng)
-			code, body := h.call(tenants[tenant], "POST", "/v1/claims", req)
+			code, body := h.Call(tenants[tenant], "POST", "/v1/claims", req)
 			what = fmt.Sprintf("create %+v for %s: %d", req.Requests[0], tenant, code)
 			stats[fmt.Sprintf("create %d", code)]++
 			switch code {
@@ -112,7 +113,7 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 		case op < 22 && len(claims) > 0:
 			k := rng.IntN(len(claims))
 			id := claims[k]
-			code, body := h.call(tenants[owner[id]], "DELETE", "/v1/claims/"+id, nil)
+			code, body := h.Call(tenants[owner[id]], "DELETE", "/v1/claims/"+id, nil)
 			what = "release " + id
 			// A claim its GPU's fault failed is over: releasing it is a 409
 			// that names its state.
@@ -122,14 +123,14 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 			claims = append(claims[:k], claims[k+1:]...)
 		case op < 25 && len(claims) > 0:
 			id := claims[rng.IntN(len(claims))]
-			code, _ := h.call(tenants[owner[id]], "POST", "/v1/claims/"+id+"/running", nil)
+			code, _ := h.Call(tenants[owner[id]], "POST", "/v1/claims/"+id+"/running", nil)
 			what = fmt.Sprintf("start %s: %d", id, code)
 			stats[fmt.Sprintf("start %d", code)]++
 		case op < 32:
 			heartbeat()
 			what = "agents step"
 		case op < 34:
-			h.advance(10 * time.Second)
+			h.Advance(10 * time.Second)
 			heartbeat()
 			what = "10s pass"
 		case op < 36:
@@ -138,7 +139,7 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 			what = fmt.Sprintf("%s down=%v", n.name, n.down)
 			stats["node toggled"]++
 			if n.down {
-				h.advance(40 * time.Second) // past the node timeout, the others heartbeat
+				h.Advance(40 * time.Second) // past the node timeout, the others heartbeat
 				heartbeat()
 			}
 		case op < 37:
@@ -150,19 +151,19 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 			}
 			heartbeat()
 		case op < 38:
-			h.restart()
+			h.Restart()
 			what = "server restart"
 			stats["restart"]++
 		case op < 39:
 			tenant := names[rng.IntN(len(names))]
 			// maxPriority too: lowering it lowers the tenant's waiting claims.
 			quota := api.Tenant{MemoryMiB: int64(rng.IntN(4)) * 20000, ComputePercent: rng.IntN(3) * 100, MaxPriority: rng.IntN(3)}
-			h.must(h.admin, "PUT", "/v1/tenants/"+tenant, quota, 200, nil)
+			h.Must(h.Admin, "PUT", "/v1/tenants/"+tenant, quota, 200, nil)
 			what = fmt.Sprintf("quota of %s set to %+v", tenant, quota)
 			stats["quota change"]++
 		case op < 40:
 			n := nodes[rng.IntN(len(nodes))]
-			code, body := h.call(h.admin, "DELETE", "/v1/nodes/"+n.name, nil)
+			code, body := h.Call(h.Admin, "DELETE", "/v1/nodes/"+n.name, nil)
 			if code != 204 && code != 404 {
 				t.Fatalf("seed %d step %d: deleting %s: %d %s", seed, i, n.name, code, body)
 			}
@@ -171,7 +172,7 @@ func randomServerRun(t *testing.T, seed uint64, steps int) {
 		default:
 			what = "tick"
 		}
-		if err := h.srv.Tick(ctx); err != nil {
+		if err := h.Server().Tick(ctx); err != nil {
 			t.Fatalf("seed %d step %d: tick: %v", seed, i, err)
 		}
 		step(what, i)

@@ -26,7 +26,7 @@ import (
 // scrape parses /metrics with Prometheus' own text parser.
 func scrape(t *testing.T, h *harness) map[string]*dto.MetricFamily {
 	t.Helper()
-	code, body := h.call(h.admin, "GET", "/metrics", nil)
+	code, body := h.Call(h.Admin, "GET", "/metrics", nil)
 	if code != 200 {
 		t.Fatalf("/metrics: %d", code)
 	}
@@ -66,26 +66,27 @@ func sliceValue(t *testing.T, fams map[string]*dto.MetricFamily, name, slice str
 // device: a MIG instance (its GI id as GPU_I_ID) and an MPS client on a
 // whole GPU (its thread and memory limits).
 func TestSliceMetricsWithDCGMLabels(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, nil)
-	acme := h.tenant("acme", 0)
-	ag, m := h.node("host-a", "mixed", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
+	acme := h.Tenant("acme", 0)
+	ag, m := h.Node("host-a", "mixed", func(c *agent.Config, m *fake.Machine) { c.Workloads = m })
 	var mig, mps api.Claim
-	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
+	h.Must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
 		Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MIG, Profile: "3g.20gb"}}}}, 201, &mig)
-	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
+	h.Must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{
 		Requests: []alloc.Request{{Name: "gpu", Mode: alloc.MPS, MemoryMiB: 4000, ComputePercent: 30, Selector: "device.attributes['gpu.nvidia.com'].productName.contains('L4')"}}}}, 201, &mps)
 	if err := ag.Step(context.Background()); err != nil { // makes the MIG instance
 		t.Fatal(err)
 	}
 	for _, c := range []api.Claim{mig, mps} {
-		h.must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, nil)
+		h.Must(acme, "POST", "/v1/claims/"+c.ID+"/running", nil, 200, nil)
 	}
-	h.pass(30*time.Second, ag) // simulated processes run; usage reaches the server
+	h.Pass(30*time.Second, ag) // simulated processes run; usage reaches the server
 	// A claim that waits, so the pending metric has a series.
-	h.must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{WaitForNodes: true,
+	h.Must(acme, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{WaitForNodes: true,
 		Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 500 * 1024, Mode: alloc.Exclusive}}}}, 201, nil)
-	h.must(acme, "GET", "/v1/claims/"+mig.ID, nil, 200, &mig)
-	h.must(acme, "GET", "/v1/claims/"+mps.ID, nil, 200, &mps)
+	h.Must(acme, "GET", "/v1/claims/"+mig.ID, nil, 200, &mig)
+	h.Must(acme, "GET", "/v1/claims/"+mps.ID, nil, 200, &mps)
 	fams := scrape(t, h)
 
 	cat := catalog.Default()
@@ -180,7 +181,7 @@ func TestSliceMetricsWithDCGMLabels(t *testing.T) {
 	}
 
 	// Released: its series go.
-	h.must(acme, "DELETE", "/v1/claims/"+mps.ID, nil, 200, nil)
+	h.Must(acme, "DELETE", "/v1/claims/"+mps.ID, nil, 200, nil)
 	if _, _, ok := sliceValue(t, scrape(t, h), "gpuslice_slice_memory_allocated_bytes", mps.ID+"/0"); ok {
 		t.Errorf("a released slice is still exported")
 	}

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -22,7 +20,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/server"
-	"github.com/gpuslice/gpuslice/internal/state"
+	"github.com/gpuslice/gpuslice/internal/server/servertest"
 )
 
 // The replica command in these tests is this test binary, re-executed as
@@ -63,52 +61,31 @@ func newEnv(t *testing.T) *env { return newEnvOn(t, "dgx-a100") }
 // newEnvOn is newEnv on a simulated machine of another preset.
 func newEnvOn(t *testing.T, preset string) *env {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	store := state.NewMemory()
-	srv, err := server.New(ctx, server.Config{Store: store, Simulated: true, Policy: alloc.Policy{AllowModeSwitch: true},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
+	h := servertest.New(t, servertest.Options{RealClock: true, Configure: func(c *server.Config) {
+		c.Simulated, c.Policy = true, alloc.Policy{AllowModeSwitch: true}
+	}})
+	ctx := h.Ctx
+	if err := h.Server().EnsureTenant(ctx, "default"); err != nil {
 		t.Fatal(err)
 	}
-	srv.Run(ctx)
-	if err := srv.EnsureTenant(ctx, "default"); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	adminTok, _ := srv.CreateToken(ctx, api.RoleAdmin, "")
-	agentTok, _ := srv.CreateTokenFor(ctx, api.RoleAgent, "", "node-a")
-	admin, _ := client.New(hs.URL, adminTok.Secret, hs.Client())
-	ac, _ := client.New(hs.URL, agentTok.Secret, hs.Client())
 	spec, err := fake.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := fake.New(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{Name: "node-a", Client: ac, Device: m, Interval: 50 * time.Millisecond, Workloads: m, Kill: m.StopProcess})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Register(ctx); err != nil {
-		t.Fatal(err)
-	}
-	agentDone := make(chan struct{})
-	go func() { _ = a.Run(ctx); close(agentDone) }()
+	m := h.Machine("node-a", spec, func(c *agent.Config, _ *fake.Machine) { c.Interval = 50 * time.Millisecond })
+	admin := h.Client(h.Admin)
 	ctl, err := New(Config{Client: admin, Node: "node-a", Interval: 50 * time.Millisecond, Minute: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	ctlDone := make(chan struct{})
 	go func() { _ = ctl.Run(ctx); close(ctlDone) }()
 	t.Cleanup(func() {
 		cancel()
 		<-ctlDone
-		<-agentDone
-		hs.Close()
 	})
-	return &env{t: t, ctx: ctx, admin: admin, ctl: ctl, m: m, url: hs.URL}
+	return &env{t: t, ctx: ctx, admin: admin, ctl: ctl, m: m, url: h.URL}
 }
 
 func replicaSpec(port int, as model.Autoscaling) api.ServiceSpec {

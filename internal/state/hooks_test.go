@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // Tests of Tx.OnCommit and Tx.OnRollback. The contract ones (testHooks*)
@@ -460,7 +461,7 @@ func runBatchOf(t *testing.T, s *SQLite, fns []func(Tx) error, ctxs []context.Co
 			defer func() { out[i].panicked = recover() }()
 			out[i].err = s.Update(c, fn)
 		}()
-		waitFor(t, func() bool { return len(s.queue) == i+1 })
+		testkit.Eventually(t, 10*time.Second, fmt.Sprintf("update %d queued", i+1), testkit.Bool(func() bool { return len(s.queue) == i+1 }))
 	}
 	for _, f := range cancel {
 		if f != nil {
@@ -477,16 +478,6 @@ func runBatchOf(t *testing.T, s *SQLite, fns []func(Tx) error, ctxs []context.Co
 		t.Errorf("the functions ran in %d batches", got)
 	}
 	return out
-}
-
-// waitFor polls cond for up to ten seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting")
-		}
-	}
 }
 
 // sqlExec runs a raw statement in the writer's transaction, for a test to

@@ -12,6 +12,7 @@ import (
 // name, a failed Update keeps nothing, delete of a missing one is
 // ErrNotFound.
 func TestServicesContract(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			s := b.open(t)

@@ -460,6 +460,8 @@ func TestCrashChild(t *testing.T) {
 }
 
 func TestCrashDurability(t *testing.T) {
+	// Not parallel: its child commits (and fsyncs) as fast as it can, and
+	// beside the contract suite's SQLite subtests it slowed them threefold.
 	if testing.Short() {
 		t.Skip("crash test")
 	}

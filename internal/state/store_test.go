@@ -47,6 +47,7 @@ func backends() []backend {
 }
 
 func TestContract(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		fn   func(*testing.T, Store)

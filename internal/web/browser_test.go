@@ -15,6 +15,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // browserPath is Debian's chromium (scripts/chromium.sh installs it), or
@@ -103,20 +104,17 @@ func (p *page) wait(what, cond string) {
 	// Generous: on a loaded 2-core CI machine the 8,000-GPU page of
 	// TestDashboardAtScale took over 15 s to sign a tenant in; this is a
 	// wait, not a timing.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := testkit.Wait(ctx, testkit.Bool(func() bool {
 		var ok bool
 		p.eval("!!("+cond+")", &ok)
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			p.shot("timeout-" + strings.ReplaceAll(what, " ", "-"))
-			var text string
-			p.eval("document.body.innerText", &text)
-			p.t.Fatalf("timed out waiting for %s (%s); the page shows:\n%s", what, cond, text)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ok
+	})); err != nil {
+		p.shot("timeout-" + strings.ReplaceAll(what, " ", "-"))
+		var text string
+		p.eval("document.body.innerText", &text)
+		p.t.Fatalf("timed out waiting for %s (%s); the page shows:\n%s", what, cond, text)
 	}
 }
 
@@ -184,26 +182,27 @@ func sel(s string) string { b, _ := json.Marshal(s); return string(b) }
 // The dashboard end to end in headless Chromium: a server on simulated
 // GPUs, claims made through the API, and what the page shows.
 func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
 	l := newLive(t)
 	p := newPage(t)
-	l.machine("gpu-a", fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB", MIGEnabled: true}, {Model: "A30", MIGEnabled: true}, {Model: "L4"}}})
-	l.machine("gpu-b", fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "L4", Healthy: new(false)}}})
-	acme, beta := l.tenant("acme", 0), l.tenant("beta", 0)
+	l.Machine("gpu-a", fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB", MIGEnabled: true}, {Model: "A30", MIGEnabled: true}, {Model: "L4"}}})
+	l.Machine("gpu-b", fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "L4", Healthy: new(false)}}})
+	acme, beta := l.Tenant("acme", 0), l.Tenant("beta", 0)
 	real := func(c api.Claim) bool {
 		return c.Allocation != nil && !strings.Contains(c.Allocation.Devices[0].Device, "@")
 	}
 	var a, b, pend api.Claim
-	l.must(acme, "POST", "/v1/claims", migReq("3g.20gb"), 201, &a)
-	l.must(beta, "POST", "/v1/claims", migReq("2g.12gb"), 201, &b)
+	l.Must(acme, "POST", "/v1/claims", migReq("3g.20gb"), 201, &a)
+	l.Must(beta, "POST", "/v1/claims", migReq("2g.12gb"), 201, &b)
 	a, b = l.waitClaim(acme, a.ID, real), l.waitClaim(beta, b.ID, real)
 	big := api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{WaitForNodes: true,
 		Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 200 * 1024, Mode: alloc.Exclusive}}}}
-	l.must(beta, "POST", "/v1/claims", big, 201, &pend)
+	l.Must(beta, "POST", "/v1/claims", big, 201, &pend)
 	pend = l.waitClaim(beta, pend.ID, func(c api.Claim) bool { return c.State == api.Pending && c.Reason != "" })
 
 	if !t.Run("anonymous sees only the login", func(t *testing.T) {
 		p.t = t
-		p.do(chromedp.Navigate(l.url + "/"))
+		p.do(chromedp.Navigate(l.URL + "/"))
 		p.wait("the login form", `document.querySelector("#login-form") && !document.querySelector("#login").hidden`)
 		var hidden []bool
 		p.eval(`["#nav","#view-fleet","#view-claims","#view-tenants","#logout"].map(s => document.querySelector(s).hidden)`, &hidden)
@@ -248,7 +247,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("Tab from the token field focused %q, want the Sign in button", active)
 		}
 		p.do(chromedp.Focus(chromedp.CSS("#token")))
-		p.signIn(l.admin)
+		p.signIn(l.Admin)
 		// Tab through the views and Enter opens one; focus moves to its heading.
 		p.do(chromedp.Focus(chromedp.CSS(`#nav button[data-view="fleet"]`)))
 		p.key("\t")
@@ -326,11 +325,11 @@ func TestDashboardInBrowser(t *testing.T) {
 		p.wait("acme's GPUs", `document.querySelector("#match").innerText.startsWith("Showing 1 of 4")`)
 		var c api.Claim
 		ts := api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 4096, ComputePercent: 30, Mode: alloc.TimeSlice}}}}
-		l.must(acme, "POST", "/v1/claims", ts, 201, &c)
+		l.Must(acme, "POST", "/v1/claims", ts, 201, &c)
 		q := `[...document.querySelectorAll('#gpu-table td.devs')].some(td => /time-sliced[^;]*: acme \d+% memory/.test(td.innerText))`
 		p.wait("the new claim", q)
 		p.shot("03-claim-appeared")
-		l.must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
+		l.Must(acme, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
 		p.wait("the released claim to go", "!"+q)
 		var after float64
 		p.eval(`window.gpusliceBoot`, &after)
@@ -350,7 +349,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		p.eval(fmt.Sprintf("document.querySelector(%s).innerText", sel(row)), &reason)
 		// The reason as the API gives it now (the queue retries refresh it).
 		var now api.Claim
-		l.must(beta, "GET", "/v1/claims/"+pend.ID, nil, 200, &now)
+		l.Must(beta, "GET", "/v1/claims/"+pend.ID, nil, 200, &now)
 		if reason != now.Reason || !strings.Contains(reason, "nodes are available") {
 			t.Errorf("pending reason shown %q, API says %q", reason, now.Reason)
 		}

@@ -37,12 +37,13 @@ func findDevice(f web.Fleet, pred func(web.FleetGPU, web.FleetDevice) bool) (web
 // the model's geometry (8 memory slices on an A100, 4 on an A30), and a
 // tenant sees other tenants' claims only as anonymous shares.
 func TestFleetViewPlacementsAndScope(t *testing.T) {
+	t.Parallel()
 	l := newLive(t)
-	l.machine("gpu-a", fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB", MIGEnabled: true}, {Model: "A30", MIGEnabled: true}, {Model: "L4"}}})
-	acme, beta := l.tenant("acme", 0), l.tenant("beta", 0)
+	l.Machine("gpu-a", fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB", MIGEnabled: true}, {Model: "A30", MIGEnabled: true}, {Model: "L4"}}})
+	acme, beta := l.Tenant("acme", 0), l.Tenant("beta", 0)
 	var a, b api.Claim
-	l.must(acme, "POST", "/v1/claims", migReq("3g.20gb"), 201, &a)
-	l.must(beta, "POST", "/v1/claims", migReq("2g.12gb"), 201, &b)
+	l.Must(acme, "POST", "/v1/claims", migReq("3g.20gb"), 201, &a)
+	l.Must(beta, "POST", "/v1/claims", migReq("2g.12gb"), 201, &b)
 	real := func(c api.Claim) bool {
 		return c.Allocation != nil && !strings.Contains(c.Allocation.Devices[0].Device, "@") // renamed to the real MIG uuid
 	}
@@ -50,7 +51,7 @@ func TestFleetViewPlacementsAndScope(t *testing.T) {
 	b = l.waitClaim(beta, b.ID, real)
 
 	var f web.Fleet
-	l.must(l.admin, "GET", "/v1/fleet", nil, 200, &f)
+	l.Must(l.Admin, "GET", "/v1/fleet", nil, 200, &f)
 	for _, c := range []api.Claim{a, b} {
 		ad := c.Allocation.Devices[0]
 		g, d, ok := findDevice(f, func(g web.FleetGPU, d web.FleetDevice) bool { return d.ID == ad.Device })
@@ -75,7 +76,7 @@ func TestFleetViewPlacementsAndScope(t *testing.T) {
 
 	// acme's view: its own claim named, beta's anonymous.
 	f = web.Fleet{}
-	l.must(acme, "GET", "/v1/fleet", nil, 200, &f)
+	l.Must(acme, "GET", "/v1/fleet", nil, 200, &f)
 	if f.Viewer != "acme" {
 		t.Errorf("viewer %q", f.Viewer)
 	}
@@ -90,7 +91,7 @@ func TestFleetViewPlacementsAndScope(t *testing.T) {
 
 	// The dashboard: acme sees only itself.
 	var dash web.Dashboard
-	l.must(acme, "GET", "/v1/dashboard", nil, 200, &dash)
+	l.Must(acme, "GET", "/v1/dashboard", nil, 200, &dash)
 	if len(dash.Tenants) != 1 || dash.Tenants[0].Name != "acme" || dash.Tenants[0].Usage.Claims != 1 {
 		t.Errorf("acme's dashboard tenants: %+v", dash.Tenants)
 	}
@@ -107,19 +108,19 @@ func TestFleetViewPlacementsAndScope(t *testing.T) {
 
 	// Anonymous: the page (login only) but no data.
 	for _, p := range []string{"/v1/fleet", "/v1/dashboard"} {
-		if code, _ := l.call("", "GET", p, nil); code != http.StatusUnauthorized {
+		if code, _ := l.Call("", "GET", p, nil); code != http.StatusUnauthorized {
 			t.Errorf("anonymous GET %s: %d, want 401", p, code)
 		}
 	}
-	code, page := l.call("", "GET", "/", nil)
+	code, page := l.Call("", "GET", "/", nil)
 	if code != 200 || !strings.Contains(string(page), `id="login-form"`) || strings.Contains(string(page), a.ID) {
 		t.Errorf("anonymous GET /: %d, want the login page and no data", code)
 	}
-	if code, _ := l.call("", "GET", "/ui/app.js", nil); code != 200 {
+	if code, _ := l.Call("", "GET", "/ui/app.js", nil); code != 200 {
 		t.Errorf("GET /ui/app.js: %d", code)
 	}
 	for _, p := range []string{"/ui/missing.js", "/ui/index.html", "/nothing"} {
-		if code, _ := l.call("", "GET", p, nil); code != http.StatusNotFound && code != http.StatusUnauthorized {
+		if code, _ := l.Call("", "GET", p, nil); code != http.StatusNotFound && code != http.StatusUnauthorized {
 			t.Errorf("GET %s: %d, want 404", p, code)
 		}
 	}
@@ -129,12 +130,13 @@ func TestFleetViewPlacementsAndScope(t *testing.T) {
 // other tenants' shares without claim or tenant, and none of their claims,
 // events, usage or names; another tenant's pages are 404s.
 func TestDashboardViewsKeepTenantsApart(t *testing.T) {
+	t.Parallel()
 	l := newLive(t)
-	l.machine("gpu-a", fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB", MIGEnabled: true}, {Model: "A30", MIGEnabled: true}, {Model: "L4"}}})
-	acme, beta := l.tenant("acme", 0), l.tenant("beta-secret", 0)
+	l.Machine("gpu-a", fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB", MIGEnabled: true}, {Model: "A30", MIGEnabled: true}, {Model: "L4"}}})
+	acme, beta := l.Tenant("acme", 0), l.Tenant("beta-secret", 0)
 	var a, b api.Claim
-	l.must(acme, "POST", "/v1/claims", migReq("3g.20gb"), 201, &a)
-	l.must(beta, "POST", "/v1/claims", migReq("2g.12gb"), 201, &b)
+	l.Must(acme, "POST", "/v1/claims", migReq("3g.20gb"), 201, &a)
+	l.Must(beta, "POST", "/v1/claims", migReq("2g.12gb"), 201, &b)
 	real := func(c api.Claim) bool {
 		return c.Allocation != nil && !strings.Contains(c.Allocation.Devices[0].Device, "@")
 	}
@@ -152,7 +154,7 @@ func TestDashboardViewsKeepTenantsApart(t *testing.T) {
 	for _, path := range []string{"/v1/fleet", "/v1/fleet?node=gpu-a", "/v1/fleet/grid", "/v1/fleet/summary", "/v1/fleet/gpus/gpu-a/1",
 		"/v1/fleet/gpus/gpu-a/0", "/v1/dashboard", "/v1/dashboard?q=beta", "/v1/dashboard?sort=cost", "/v1/dashboard/tenants/acme", "/v1/usage",
 		"/v1/claims/" + a.ID + "/events"} {
-		code, body := l.call(acme, "GET", path, nil)
+		code, body := l.Call(acme, "GET", path, nil)
 		if code != http.StatusOK {
 			t.Errorf("acme GET %s: %d %s", path, code, body)
 		}
@@ -160,7 +162,7 @@ func TestDashboardViewsKeepTenantsApart(t *testing.T) {
 	}
 	// The grid names acme only; beta's share is there, as tenant -1.
 	var g web.Grid
-	l.must(acme, "GET", "/v1/fleet/grid", nil, 200, &g)
+	l.Must(acme, "GET", "/v1/fleet/grid", nil, 200, &g)
 	if len(g.Tenants) != 1 || g.Tenants[0] != "acme" || len(g.GPUs) != 3 {
 		t.Errorf("acme's grid: tenants %v, %d GPUs", g.Tenants, len(g.GPUs))
 	}
@@ -168,7 +170,7 @@ func TestDashboardViewsKeepTenantsApart(t *testing.T) {
 		t.Errorf("beta's A30 in acme's grid: %v, want one share of tenant -1", cell)
 	}
 	var gv web.GPUView
-	l.must(acme, "GET", "/v1/fleet/gpus/gpu-a/1", nil, 200, &gv)
+	l.Must(acme, "GET", "/v1/fleet/gpus/gpu-a/1", nil, 200, &gv)
 	if len(gv.Claims) != 0 || len(gv.GPU.Devices) == 0 {
 		t.Errorf("acme's page of beta's GPU: claims %v", gv.Claims)
 	}
@@ -179,21 +181,21 @@ func TestDashboardViewsKeepTenantsApart(t *testing.T) {
 	}
 	// Another tenant's pages are 404s; an admin gets them.
 	for _, path := range []string{"/v1/dashboard/tenants/beta-secret", "/v1/claims/" + b.ID + "/events"} {
-		if code, body := l.call(acme, "GET", path, nil); code != http.StatusNotFound {
+		if code, body := l.Call(acme, "GET", path, nil); code != http.StatusNotFound {
 			t.Errorf("acme GET %s: %d %s, want 404", path, code, body)
 		}
-		if code, _ := l.call(l.admin, "GET", path, nil); code != http.StatusOK {
+		if code, _ := l.Call(l.Admin, "GET", path, nil); code != http.StatusOK {
 			t.Errorf("admin GET %s: %d", path, code)
 		}
 	}
 	var sum web.Summary
-	l.must(acme, "GET", "/v1/fleet/summary", nil, 200, &sum)
+	l.Must(acme, "GET", "/v1/fleet/summary", nil, 200, &sum)
 	if sum.LiveClaims != 1 || sum.Tenants != 0 || sum.GPUs != 3 {
 		t.Errorf("acme's summary: %+v, want its 1 live claim, no tenant count, 3 GPUs", sum)
 	}
 	// The stream: its first messages, then the delta when beta's claim
 	// goes, name nobody but acme.
-	req, _ := http.NewRequest("GET", l.url+"/v1/dashboard/stream", nil)
+	req, _ := http.NewRequest("GET", l.URL+"/v1/dashboard/stream", nil)
 	req.Header.Set("Authorization", "Bearer "+acme)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -231,7 +233,7 @@ func TestDashboardViewsKeepTenantsApart(t *testing.T) {
 	}
 	next("grid")
 	next("summary")
-	l.must(beta, "DELETE", "/v1/claims/"+b.ID, nil, 200, nil)
+	l.Must(beta, "DELETE", "/v1/claims/"+b.ID, nil, 200, nil)
 	var d web.GridDelta
 	if err := json.Unmarshal([]byte(strings.TrimPrefix(next("cells"), "data: ")), &d); err != nil {
 		t.Fatal(err)
@@ -242,7 +244,7 @@ func TestDashboardViewsKeepTenantsApart(t *testing.T) {
 	}
 	// Anonymous: nothing.
 	for _, p := range []string{"/v1/fleet/grid", "/v1/fleet/summary", "/v1/fleet/gpus/gpu-a/0", "/v1/dashboard/tenants/acme", "/v1/dashboard/stream", "/v1/claims/" + a.ID + "/events"} {
-		if code, _ := l.call("", "GET", p, nil); code != http.StatusUnauthorized {
+		if code, _ := l.Call("", "GET", p, nil); code != http.StatusUnauthorized {
 			t.Errorf("anonymous GET %s: %d, want 401", p, code)
 		}
 	}
@@ -251,9 +253,10 @@ func TestDashboardViewsKeepTenantsApart(t *testing.T) {
 // The views are paged and small: GET /v1/usage and /v1/dashboard go on
 // with X-Next-Cursor; bad parameters are refused naming the field.
 func TestDashboardPagesAndBadParameters(t *testing.T) {
+	t.Parallel()
 	l := newLive(t)
 	for i := 0; i < 7; i++ {
-		l.tenant(fmt.Sprintf("t%d", i), 0)
+		l.Tenant(fmt.Sprintf("t%d", i), 0)
 	}
 	var all []string
 	for cursor := ""; ; {
@@ -262,7 +265,7 @@ func TestDashboardPagesAndBadParameters(t *testing.T) {
 			path += "&after=" + cursor
 		}
 		var d web.Dashboard
-		l.must(l.admin, "GET", path, nil, 200, &d)
+		l.Must(l.Admin, "GET", path, nil, 200, &d)
 		for _, tv := range d.Tenants {
 			all = append(all, tv.Name)
 		}
@@ -277,21 +280,21 @@ func TestDashboardPagesAndBadParameters(t *testing.T) {
 		t.Errorf("dashboard pages: %v", all)
 	}
 	var us []api.Usage
-	l.must(l.admin, "GET", "/v1/usage?limit=4", nil, 200, &us)
+	l.Must(l.Admin, "GET", "/v1/usage?limit=4", nil, 200, &us)
 	if len(us) != 4 {
 		t.Errorf("usage page: %d tenants, want 4", len(us))
 	}
 	for path, field := range map[string]string{"/v1/dashboard?limit=0": "limit", "/v1/dashboard?points=1": "points",
 		"/v1/dashboard?sort=size": "sort", "/v1/dashboard?sort=cost&after=x": "after", "/v1/dashboard?since=yesterday": "since",
 		"/v1/fleet/gpus/n/minus": "index", "/v1/usage?limit=x": "limit"} {
-		code, body := l.call(l.admin, "GET", path, nil)
+		code, body := l.Call(l.Admin, "GET", path, nil)
 		var e api.Error
 		_ = json.Unmarshal(body, &e)
 		if code != http.StatusUnprocessableEntity || e.Field != field {
 			t.Errorf("GET %s: %d %s, want 422 naming %s", path, code, body, field)
 		}
 	}
-	if code, _ := l.call(l.admin, "GET", "/v1/fleet/gpus/nowhere/0", nil); code != http.StatusNotFound {
+	if code, _ := l.Call(l.Admin, "GET", "/v1/fleet/gpus/nowhere/0", nil); code != http.StatusNotFound {
 		t.Errorf("a GPU of no node: %d, want 404", code)
 	}
 }

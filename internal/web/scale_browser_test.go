@@ -64,6 +64,7 @@ const unlabelled = `[...document.querySelectorAll("input, select")].filter(i => 
 // by tenant and colour; the keyboard; laptop width, the dark theme,
 // labels and contrast. Screenshots at 1920×1080 and 1366×768.
 func TestDashboardAtScale(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a fleet of 8,000 GPUs and a browser")
 	}
@@ -75,8 +76,8 @@ func TestDashboardAtScale(t *testing.T) {
 		total = fmt.Sprint(bf.gpus)
 	}
 	p.size(1920, 1080)
-	p.do(chromedp.Navigate(b.url + "/"))
-	p.signIn(b.admin)
+	p.do(chromedp.Navigate(b.URL + "/"))
+	p.signIn(b.Admin)
 	p.wait("the whole fleet", fmt.Sprintf(`document.querySelector("#match").innerText.startsWith("Showing %s of %s GPUs")`, total, total))
 	p.wait("the first paint", `window.gpusliceStats.firstPaint > 0`)
 	if s := p.text("#summary"); !strings.Contains(s, total) || !regexp.MustCompile(`Unhealthy GPUs\s+1\s`).MatchString(s) {
@@ -268,10 +269,10 @@ func BenchmarkDashboard(b *testing.B) {
 	}); err != nil {
 		b.Fatal(err)
 	}
-	p.do(chromedp.Navigate(bl.url + "/"))
-	p.signIn(bl.admin)
+	p.do(chromedp.Navigate(bl.URL + "/"))
+	p.signIn(bl.Admin)
 	var paint, received, parse, build, bytes, update, e2e []float64
-	tenant := bl.tenantToken(bl.fleet.otherTenant)
+	tenant := bl.TenantToken(bl.fleet.otherTenant)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		mu.Lock()
@@ -304,10 +305,10 @@ func BenchmarkDashboard(b *testing.B) {
 			p.eval(`window.gpusliceStats.updates.length`, &before)
 			start := time.Now()
 			if k == 0 {
-				bl.must(tenant, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationNone,
+				bl.Must(tenant, "POST", "/v1/claims", api.CreateClaimRequest{ClaimSpec: api.ClaimSpec{Isolation: alloc.IsolationNone,
 					Requests: []alloc.Request{{Name: "gpu", MemoryMiB: 2048, Mode: alloc.TimeSlice}}}}, 201, &c)
 			} else {
-				bl.must(tenant, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
+				bl.Must(tenant, "DELETE", "/v1/claims/"+c.ID, nil, 200, nil)
 			}
 			p.wait("an update", fmt.Sprintf(`window.gpusliceStats.updates.length > %d`, before))
 			e2e = append(e2e, float64(time.Since(start).Microseconds())/1000)

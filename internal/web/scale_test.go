@@ -3,15 +3,13 @@ package web_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/server"
+	"github.com/gpuslice/gpuslice/internal/server/servertest"
 	"github.com/gpuslice/gpuslice/internal/state"
 	"github.com/gpuslice/gpuslice/internal/web"
 )
@@ -211,32 +209,20 @@ type bigLive struct {
 
 func newBigLive(tb testing.TB, nodes, tenants int) *bigLive {
 	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	tb.Cleanup(cancel)
 	store := state.NewMemory()
 	now := time.Now()
 	bf := populate(tb, store, nodes, tenants, now)
-	srv, err := server.New(ctx, server.Config{Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		NodeTimeout: time.Hour, SampleInterval: 5 * time.Second, SeriesLength: 600, DashboardInterval: 2 * time.Second,
-		MaxStreamsPerToken: -1, MaxStreamsPerTenant: -1})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv.Run(ctx)
-	hs := httptest.NewServer(srv.Handler())
-	tb.Cleanup(func() { hs.CloseClientConnections(); hs.Close() })
-	tok, err := srv.CreateToken(ctx, api.RoleAdmin, "")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	l := &live{t: tb, srv: srv, url: hs.URL, admin: tok.Secret, ctx: ctx}
+	l := &live{servertest.New(tb, servertest.Options{Store: store, RealClock: true, Configure: func(c *server.Config) {
+		c.NodeTimeout, c.SampleInterval, c.SeriesLength, c.DashboardInterval = time.Hour, 5*time.Second, 600, 2*time.Second
+		c.MaxStreamsPerToken, c.MaxStreamsPerTenant = -1, -1
+	}})}
 	var nodesNow []api.Node
-	l.must(l.admin, "GET", "/v1/nodes?limit=5000", nil, 200, &nodesNow)
+	l.Must(l.Admin, "GET", "/v1/nodes?limit=5000", nil, 200, &nodesNow)
 	var live []api.Claim
-	l.must(l.admin, "GET", "/v1/claims?state=running&limit=5000", nil, 200, &live)
+	l.Must(l.Admin, "GET", "/v1/claims?state=running&limit=5000", nil, 200, &live)
 	for len(live)%5000 == 0 && len(live) > 0 {
 		var more []api.Claim
-		l.must(l.admin, "GET", fmt.Sprintf("/v1/claims?state=running&limit=5000&after=%d", live[len(live)-1].Seq), nil, 200, &more)
+		l.Must(l.Admin, "GET", fmt.Sprintf("/v1/claims?state=running&limit=5000&after=%d", live[len(live)-1].Seq), nil, 200, &more)
 		if len(more) == 0 {
 			break
 		}
@@ -256,16 +242,8 @@ func newBigLive(tb testing.TB, nodes, tenants int) *bigLive {
 			hb.Inventory = &inv
 			hb.Events = []api.Event{{Kind: "xid", Message: fmt.Sprintf("XID 79 on GPU %d (%s): fallen off the bus", bf.sickIndex, inv.GPUs[bf.sickIndex].UUID)}}
 		}
-		l.must(l.admin, "POST", "/v1/nodes/"+n.Name+"/heartbeat", hb, 200, nil)
+		l.Must(l.Admin, "POST", "/v1/nodes/"+n.Name+"/heartbeat", hb, 200, nil)
 	}
-	bf.tenantTok = l.tenantToken(bf.sickTenant)
+	bf.tenantTok = l.TenantToken(bf.sickTenant)
 	return &bigLive{live: l, fleet: bf}
-}
-
-// tenantToken makes a token for an existing tenant.
-func (l *live) tenantToken(name string) string {
-	l.t.Helper()
-	var tok api.Token
-	l.must(l.admin, "POST", "/v1/tokens", api.CreateTokenRequest{Role: api.RoleTenant, Tenant: name}, 201, &tok)
-	return tok.Secret
 }
