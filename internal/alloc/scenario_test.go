@@ -1,7 +1,6 @@
 package alloc
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,9 +9,9 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata/scenarios/*.golden")
+	"github.com/gpuslice/gpuslice/internal/testkit"
+)
 
 // A scenario file is a fleet and a list of steps; its .golden twin holds
 // what the allocator answered at each step. Run with -update to rewrite the
@@ -139,20 +138,7 @@ func TestScenarios(t *testing.T) {
 					t.Fatalf("step %d broke a rule: %v", i+1, err)
 				}
 			}
-			golden := strings.TrimSuffix(file, ".yaml") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(out.String()), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (go test ./internal/alloc -run TestScenarios -update creates it)", err)
-			}
-			if out.String() != string(want) {
-				t.Errorf("%s changed (-update rewrites):\n--- want\n%s--- got\n%s", golden, want, out.String())
-			}
+			testkit.Golden(t, strings.TrimSuffix(file, ".yaml")+".golden", []byte(out.String()))
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/model"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // A node scenario is the input of PlanNodes written down: the pools with
@@ -62,20 +63,7 @@ func TestNodeScenarios(t *testing.T) {
 				t.Fatalf("%s: %v", file, err)
 			}
 			got := runNodeScenario(t, sc)
-			golden := strings.TrimSuffix(file, ".yaml") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("%s differs from %s (run with -update and review the diff):\n%s", file, golden, got)
-			}
+			testkit.Golden(t, strings.TrimSuffix(file, ".yaml")+".golden", []byte(got))
 		})
 	}
 }

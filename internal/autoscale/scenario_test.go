@@ -1,7 +1,6 @@
 package autoscale
 
 import (
-	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -13,9 +12,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuslice/gpuslice/internal/model"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/scenarios/*.golden")
 
 // A scenario is a service under a policy driven through phases of
 // simulated time; its .golden twin lists every change Decide made, with
@@ -57,20 +55,7 @@ func TestScenarios(t *testing.T) {
 				t.Fatalf("%s: %v", file, err)
 			}
 			got := runScenario(t, sc)
-			golden := strings.TrimSuffix(file, ".yaml") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("%s differs from %s (run with -update and review the diff):\n%s", file, golden, got)
-			}
+			testkit.Golden(t, strings.TrimSuffix(file, ".yaml")+".golden", []byte(got))
 		})
 	}
 }

@@ -2,14 +2,12 @@ package cli
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+	"github.com/gpuslice/gpuslice/internal/testkit"
+)
 
 // run executes the command tree with args and returns what a user sees:
 // stdout, stderr and the error main would print.
@@ -72,21 +70,7 @@ func TestGolden(t *testing.T) {
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := run(args...)
-			path := filepath.Join("testdata", name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./internal/cli -update to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("output of gpuslice %s changed (go test ./internal/cli -update rewrites):\n--- want\n%s--- got\n%s", strings.Join(args, " "), want, got)
-			}
+			testkit.Golden(t, filepath.Join("testdata", name+".golden"), []byte(run(args...)))
 		})
 	}
 }

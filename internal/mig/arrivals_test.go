@@ -1,10 +1,8 @@
 package mig
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -12,9 +10,8 @@ import (
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/unavoidable-arrivals.golden")
 
 // arrivalTree is every arrival sequence of a geometry: every order of
 // every multiset of plain profiles that fits (prefixes included, since
@@ -332,19 +329,8 @@ func TestArrivalsServedOrUnavoidable(t *testing.T) {
 			}
 		}
 	}
-	path := filepath.Join("testdata", "unavoidable-arrivals.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(golden.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -run ArrivalsServed -update writes it)", err)
-	}
-	if string(want) != golden.String() {
-		t.Errorf("the sequences BestStart loses changed; %s says\n%s\nnow\n%s", path, want, golden.String())
-	}
+	// the sequences BestStart loses
+	testkit.Golden(t, filepath.Join("testdata", "unavoidable-arrivals.golden"), []byte(golden.String()))
 }
 
 func modelsOf(gs []*Geometry) string {

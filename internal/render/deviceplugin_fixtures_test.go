@@ -2,8 +2,6 @@ package render
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
@@ -122,27 +120,5 @@ func TestNVIDIAFixturesAreValidLayouts(t *testing.T) {
 				t.Errorf("%s %s GPU %d: %v", pp.Name, gp.Node, gp.Index, err)
 			}
 		}
-	}
-}
-
-// golden compares out with testdata/name, or rewrites it with -update.
-func nvGolden(t *testing.T, name string, out []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./internal/render/ -update to create it)", err)
-	}
-	if string(want) != string(out) {
-		t.Errorf("%s differs from the output (go test ./internal/render/ -update rewrites it); got:\n%s", path, out)
 	}
 }

@@ -2,6 +2,7 @@ package render
 
 import (
 	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/plan"
 	"github.com/gpuslice/gpuslice/internal/spec"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // nvWant is what one pool's device-plugin config must say.
@@ -39,7 +41,7 @@ func renderDP(t *testing.T) []byte {
 }
 
 func TestDevicePluginGolden(t *testing.T) {
-	nvGolden(t, "nvidia-device-plugin.golden.yaml", renderDP(t))
+	testkit.Golden(t, filepath.Join("testdata", "nvidia-device-plugin.golden.yaml"), renderDP(t))
 }
 
 func TestDevicePluginTargetIsRegistered(t *testing.T) {

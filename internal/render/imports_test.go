@@ -10,6 +10,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/plan"
 	"github.com/gpuslice/gpuslice/internal/spec"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // importTargets are the targets that write imported configs back.
@@ -123,7 +124,7 @@ func TestImportedRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				golden(t, filepath.Join(dir, target+".golden.yaml"), out)
+				testkit.Golden(t, filepath.Join(dir, target+".golden.yaml"), out)
 				back = append(back, inputFile{name: "rendered." + target + ".yaml", data: out})
 			}
 			s2 := readApplied(t, back)

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // The karpenter target for gpuslice's claims: every input's NodePools
@@ -24,7 +25,7 @@ func TestKarpenterForGpusliceClaims(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		golden(t, filepath.Join("testdata", "golden", name+".karpenter-dra.yaml"), out)
+		testkit.Golden(t, filepath.Join("testdata", "golden", name+".karpenter-dra.yaml"), out)
 		plain, err := RenderWith("karpenter", s, p, Options{})
 		if err != nil {
 			t.Fatal(err)

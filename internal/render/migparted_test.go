@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/catalog"
 	"github.com/gpuslice/gpuslice/internal/plan"
 	"github.com/gpuslice/gpuslice/internal/spec"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 func renderMP(t *testing.T) []byte {
@@ -25,7 +27,7 @@ func renderMP(t *testing.T) []byte {
 }
 
 func TestMIGPartedGolden(t *testing.T) {
-	nvGolden(t, "nvidia-mig-parted.golden.yaml", renderMP(t))
+	testkit.Golden(t, filepath.Join("testdata", "nvidia-mig-parted.golden.yaml"), renderMP(t))
 }
 
 // mpWantEntry is one expected entry: devices ("all" or indexes), MIG on,

@@ -6,11 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/plan"
 	"github.com/gpuslice/gpuslice/internal/spec"
-	"sigs.k8s.io/yaml"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // planFor reads a spec file and plans it.
@@ -47,29 +49,9 @@ func TestGoldenTargets(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				golden(t, filepath.Join("testdata", "golden", name+"."+target+".yaml"), out)
+				testkit.Golden(t, filepath.Join("testdata", "golden", name+"."+target+".yaml"), out)
 			})
 		}
-	}
-}
-
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./internal/render -update creates it)", err)
-	}
-	if string(want) != string(got) {
-		t.Errorf("%s changed (-update rewrites):\n%s", path, got)
 	}
 }
 

@@ -1,14 +1,12 @@
 package spec
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var composeUpdate = flag.Bool("compose.update", false, "rewrite testdata/compose/*.golden")
+	"github.com/gpuslice/gpuslice/internal/testkit"
+)
 
 // gpuPool is a top-level multiTenantGpu block; service is one service.
 const (
@@ -114,7 +112,7 @@ func TestComposeValidation(t *testing.T) {
 }
 
 // TestComposeAllAtOnce: every problem of one broken file is reported in one
-// read, in file order (testdata/compose/broken.golden; -compose.update).
+// read, in file order (testdata/compose/broken.golden; -update).
 func TestComposeAllAtOnce(t *testing.T) {
 	_, ds := readComposeFile(t, "broken.yaml")
 	ds.Sort()
@@ -123,19 +121,7 @@ func TestComposeAllAtOnce(t *testing.T) {
 		b.WriteString(d.String())
 		b.WriteByte('\n')
 	}
-	golden := filepath.Join("testdata", "compose", "broken.golden")
-	if *composeUpdate {
-		if err := os.WriteFile(golden, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.String() != string(want) {
-		t.Errorf("diagnostics differ from %s:\n%s", golden, b.String())
-	}
+	testkit.Golden(t, filepath.Join("testdata", "compose", "broken.golden"), []byte(b.String()))
 	if n := len(ds.Errors()); n < 10 {
 		t.Errorf("want at least 10 errors at once, got %d", n)
 	}
