@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // The containerd the real-node tests run (scripts/realnode.sh builds it).
@@ -120,13 +122,10 @@ func TestImagesRunUnderContainerd(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- pause.Wait() }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !regexp.MustCompile(`(?m)^pause-1\s+\d+\s+RUNNING`).MatchString(c.ctrQuiet("task", "ls")) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pause-1 never ran:\n%s\n%s", c.ctrQuiet("task", "ls"), pauseOut.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, "pause-1 to run", func() (bool, string) {
+		ls := c.ctrQuiet("task", "ls")
+		return regexp.MustCompile(`(?m)^pause-1\s+\d+\s+RUNNING`).MatchString(ls), ls + "\n" + pauseOut.String()
+	})
 	time.Sleep(200 * time.Millisecond) // past the Go runtime's start, to the handler
 	c.ctr(t, "task", "kill", "pause-1")
 	select {
@@ -286,11 +285,10 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime",
 			}
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, "containerd to answer", func() (bool, string) {
 		out, err := exec.Command(bin.ctr, "--address", socket, "version").CombinedOutput()
 		if err == nil {
-			break
+			return true, ""
 		}
 		select {
 		case <-exited:
@@ -298,11 +296,8 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime",
 			t.Fatalf("containerd exited at start:\n%s", tail(b, 4096))
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("containerd did not answer within 30 s: %v\n%s", err, out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%v\n%s", err, out)
+	})
 	return c
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/model"
 	"github.com/gpuslice/gpuslice/internal/server"
 	"github.com/gpuslice/gpuslice/internal/server/servertest"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // The replica command in these tests is this test binary, re-executed as
@@ -102,17 +103,13 @@ func replicaSpec(port int, as model.Autoscaling) api.ServiceSpec {
 // waitFor polls the service until ok or 10s.
 func (e *env) waitFor(name, what string, ok func(api.Service) bool) api.Service {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s, err := e.admin.Service(e.ctx, name)
-		if err == nil && ok(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("service %s never %s: %+v (%v)", name, what, s.Status, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var s api.Service
+	testkit.Eventually(e.t, 10*time.Second, "service "+name+" "+what, func() (bool, string) {
+		var err error
+		s, err = e.admin.Service(e.ctx, name)
+		return err == nil && ok(s), fmt.Sprintf("%+v (%v)", s.Status, err)
+	})
+	return s
 }
 
 func port(t *testing.T) int {
@@ -474,17 +471,10 @@ func TestWithdrawnCommandStopsTheTenantsService(t *testing.T) {
 	if err := e.admin.Do(e.ctx, "PUT", "/v1/tenants/default", api.Tenant{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, 10*time.Second, "the replica of a withdrawn command to release its claim", func() (bool, string) {
 		c, err = e.admin.Claim(e.ctx, c.ID, "", 0)
-		if err == nil && c.State == api.Released {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica of a withdrawn command still holds its claim: %s (%v)", c.State, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && c.State == api.Released, fmt.Sprintf("%s (%v)", c.State, err)
+	})
 	if resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(p) + "/"); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode == 200 {

@@ -19,6 +19,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu"
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/node/mps"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // fakeScript stands in for nvidia-cuda-mps-control. `-d` logs the
@@ -311,17 +312,10 @@ func TestRestart(t *testing.T) {
 
 func waitDead(t *testing.T, pid int) {
 	t.Helper()
-	for range 200 {
+	testkit.Eventually(t, time.Second, "pid "+strconv.Itoa(pid)+" to die", func() (bool, string) {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil || strings.Contains(string(b), ") Z") {
-			return
-		}
-		if syscall.Kill(pid, 0) != nil {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("pid %d still alive", pid)
+		return err != nil || strings.Contains(string(b), ") Z") || syscall.Kill(pid, 0) != nil, "still alive"
+	})
 }
 
 // A new manager adopts the daemons it wants (probing, not restarting),

@@ -5,6 +5,7 @@ package mpssim_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/node/mps"
 	"github.com/gpuslice/gpuslice/internal/node/mps/mpssim"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // TestMain makes the test binary a multicall binary, as the gpuslice
@@ -55,13 +57,9 @@ func simulator(t *testing.T, root string) string {
 // waitGone waits for a process to exit.
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(pid, 0) == nil && !zombie(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still runs", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("process %d to exit", pid), func() (bool, string) {
+		return syscall.Kill(pid, 0) != nil || zombie(pid), "it still runs"
+	})
 }
 
 func zombie(pid int) bool {
