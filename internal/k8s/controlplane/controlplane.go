@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -527,16 +528,29 @@ func startProcess(name, bin, logPath string, args ...string) (*process, error) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
+	// The kernel sends the parent-death signal (sysProcAttr) when the
+	// thread that forked the child ends, not the process: fork on a thread
+	// of its own, kept until the child has exited. On a shared thread, a
+	// goroutine that locks it and exits (services.StartTied, as an
+	// in-process `gpuslice run` in a parallel test does) would end the
+	// thread and SIGKILL the control plane with it.
 	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends after the child
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		p.err = cmd.Wait()
 		f.Close()
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
 	return p, nil
 }
 
