@@ -8,6 +8,7 @@ import (
 
 // bench packing's table is followed by a legend naming every column.
 func TestBenchPackingLegend(t *testing.T) {
+	t.Parallel()
 	out := run("bench", "packing", "--seeds", "1", "--mix", "inference-l4")
 	lines := strings.Split(out, "\n")
 	if len(lines) < 3 || !strings.HasPrefix(lines[1], "mix ") {
@@ -34,6 +35,7 @@ func TestBenchPackingLegend(t *testing.T) {
 // bench plan prints one row per size with the GPUs the plan used, the
 // fitted exponent, and refuses sizes that are not numbers.
 func TestBenchPlan(t *testing.T) {
+	t.Parallel()
 	out := run("bench", "plan", "--sizes", "100,300")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 5 || !strings.HasPrefix(lines[1], "REPLICAS") || !strings.HasPrefix(lines[2], "100 ") ||
@@ -54,6 +56,7 @@ func TestBenchPlan(t *testing.T) {
 // specs: a row per heuristic, and the plan never loses to one (the
 // planner tries every such order on specs this small).
 func TestBenchPlanQuality(t *testing.T) {
+	t.Parallel()
 	out := run("bench", "plan-quality", "--specs", "12", "--max-replicas", "60")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) < 5 || !strings.HasPrefix(lines[1], "HEURISTIC") || !strings.Contains(out, "ffd-memory ") || !strings.Contains(out, "proved optimal: plan ") {
@@ -84,6 +87,7 @@ func TestBenchPlanQuality(t *testing.T) {
 // bench nodes -o json is each mix with its decision (it was null), and
 // every cost in it is a number or null, never a value JSON cannot carry.
 func TestBenchNodesJSON(t *testing.T) {
+	t.Parallel()
 	out := run("bench", "nodes", "-o", "json")
 	out = out[strings.Index(out, "\n")+1:] // the "$ gpuslice ..." line
 	var mixes []struct {

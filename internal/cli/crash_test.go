@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // TestServeChild is not a test: the crash test re-executes the test binary
@@ -36,15 +37,32 @@ func TestServeChild(t *testing.T) {
 	os.Exit(0)
 }
 
+// freePort returns a loopback address no one listens on, and never the
+// same one twice in this process: tests run in parallel, and one that
+// restarts serve on its address must not find another test's serve there.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		givenPorts.Lock()
+		taken := givenPorts.m[addr]
+		givenPorts.m[addr] = true
+		givenPorts.Unlock()
+		if !taken {
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
+
+var givenPorts = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
 
 // startServe runs `gpuslice serve` in a child process and waits until it
 // answers.
@@ -69,20 +87,25 @@ func startServeWith(t *testing.T, dir, addr string, env []string, args ...string
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatalf("serve did not start: %v\n%s", err, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := testkit.Wait(ctx, healthy("http://"+addr, http.DefaultClient)); err != nil {
+		_ = cmd.Process.Kill()
+		t.Fatalf("serve did not start: %v\n%s", err, logs.String())
 	}
 	return cmd, logs
+}
+
+// healthy is a condition for testkit: serve at url answers /healthz.
+func healthy(url string, hc *http.Client) func() (bool, string) {
+	return func() (bool, string) {
+		resp, err := hc.Get(url + "/healthz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return true, ""
+	}
 }
 
 func apiCall(addr, token, method, path string, body any, out any) (int, error) {
@@ -113,6 +136,7 @@ func TestKillNineKeepsAcknowledgedClaims(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freePort(t)
 	acked := map[string]bool{}
@@ -124,7 +148,10 @@ func TestKillNineKeepsAcknowledgedClaims(t *testing.T) {
 		}
 		token := strings.TrimSpace(string(tokB))
 		var mu sync.Mutex
-		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+		before := len(acked)
+		// The burst goes on until serve is killed.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
 		var wg sync.WaitGroup
 		for w := 0; w < 16; w++ {
 			wg.Add(1)
@@ -142,7 +169,15 @@ func TestKillNineKeepsAcknowledgedClaims(t *testing.T) {
 				}
 			}(w)
 		}
+		// Killed 200 ms into the burst, once this round has had 7 claims
+		// acknowledged (3 rounds: over the 20 checked below) however
+		// loaded the machine is.
 		time.Sleep(200 * time.Millisecond)
+		testkit.Eventually(t, 30*time.Second, "7 claims acknowledged in this round", func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(acked)-before >= 7, fmt.Sprintf("%d so far", len(acked)-before)
+		})
 		_ = child.Process.Signal(syscall.SIGKILL)
 		_ = child.Wait()
 		cancel()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // serveMustExit runs `gpuslice serve` on dir in a child process that is
@@ -84,6 +85,7 @@ func TestServeSecondServerOnOneDataDirFails(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freePort(t)
 	first := startServe(t, dir, addr)
@@ -131,6 +133,7 @@ func TestServeLockFileOfKilledServerDoesNotBlock(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freePort(t)
 	child := startServe(t, dir, addr)
@@ -181,6 +184,7 @@ func wantRefusal(t *testing.T, dir string, says ...string) {
 }
 
 func TestServeRefusesEmptyDatabaseWithAdminToken(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "admin.token"), []byte("gs_admin_secret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -192,6 +196,7 @@ func TestServeRefusesEmptyDatabaseWithAdminToken(t *testing.T) {
 }
 
 func TestServeRefusesMissingDatabaseWithAdminToken(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "admin.token"), []byte("gs_admin_secret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -200,6 +205,7 @@ func TestServeRefusesMissingDatabaseWithAdminToken(t *testing.T) {
 }
 
 func TestServeRefusesDamagedDatabase(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "admin.token"), []byte("gs_admin_secret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -220,6 +226,7 @@ func TestServeStartsInFreshDataDir(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "new", "data")
 	addr := freePort(t)
 	child := startServe(t, dir, addr)
@@ -250,6 +257,7 @@ func TestServeMemoryStoreLeavesSQLiteTokensAlone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freePort(t)
 	child := startServe(t, dir, addr)
@@ -268,12 +276,11 @@ func TestServeMemoryStoreLeavesSQLiteTokensAlone(t *testing.T) {
 	// On a directory of its own it runs.
 	mem := t.TempDir()
 	c, logs := gsStart(t, "serve", "--store", "memory", "--listen", freePort(t), "--data-dir", mem, "--simulate", "dgx-h100", "--node", "m")
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(mem, "admin.token")); err == nil {
-			break
+	testkit.Eventually(t, 20*time.Second, "serve --store memory to start", func() (bool, string) {
+		if c.ProcessState != nil {
+			t.Fatalf("serve --store memory exited:\n%s", logs.String())
 		}
-		if time.Now().After(deadline) || c.ProcessState != nil {
-			t.Fatalf("serve --store memory did not start:\n%s", logs.String())
-		}
-	}
+		_, err := os.Stat(filepath.Join(mem, "admin.token"))
+		return err == nil, logs.String()
+	})
 }

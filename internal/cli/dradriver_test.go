@@ -21,6 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // `gpuslice dra-driver` wires the plugin to a real kube-apiserver: on
@@ -36,6 +37,7 @@ import (
 // written to its fault directory by `gpuslice dra simulate-fault` and
 // untaints it on recovery, and stops cleanly on cancel.
 func TestDRADriverCommand(t *testing.T) {
+	t.Parallel()
 	srv := apitest.Start(t)
 	if _, err := srv.CreateReadyNode(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}}); err != nil {
 		t.Fatal(err)
@@ -75,8 +77,10 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 	if _, err := cs.CoreV1().Namespaces().Update(ctx, ml, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var out, errOut bytes.Buffer
-	cmd := New(&out, &errOut)
+	// The driver logs to errOut while the test reads it.
+	var out bytes.Buffer
+	errOut := &syncBuffer{}
+	cmd := New(&out, errOut)
 	cmd.SetArgs([]string{"dra-driver", "--simulate", "dgx-a100", "--node", "gpu-1", "--kubeconfig", kc,
 		"--state-dir", filepath.Join(dir, "state"), "--registrar-dir", filepath.Join(dir, "reg"), "--cdi-dir", filepath.Join(dir, "cdi"),
 		"--mps-root", filepath.Join(dir, "mps"), "--metrics-listen", "127.0.0.1:0", "--tenants", "team-a,team-b",
@@ -118,20 +122,17 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 	// The API server's own namespaces get no copies (default does), nor
 	// does infra (--no-tenant-namespaces).
 	tenants := []string{"team-a", "team-b", "team-ml", "default"}
-	for {
-		ok, n := published(tenants...)
-		_, sockErr := os.Stat(filepath.Join(dir, "reg", "gpu.gpuslice.dev-reg.sock"))
-		if ok && n == 9 && sockErr == nil { // the counters and one per GPU, copies in it
-			break
-		}
+	testkit.EventuallyCtx(t, ctx, "the node's slices with the tenants' copies and the registration socket", func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("dra-driver ended: %v\n%s", err, errOut.String())
-		case <-ctx.Done():
-			t.Fatalf("%d slices published (copies for %v: %v), socket: %v\n%s", n, tenants, ok, sockErr, errOut.String())
-		case <-time.After(100 * time.Millisecond):
+		default:
 		}
-	}
+		ok, n := published(tenants...)
+		_, sockErr := os.Stat(filepath.Join(dir, "reg", "gpu.gpuslice.dev-reg.sock"))
+		// the counters and one per GPU, copies in it
+		return ok && n == 9 && sockErr == nil, fmt.Sprintf("%d slices published (copies for %v: %v), socket: %v\n%s", n, tenants, ok, sockErr, errOut.String())
+	})
 	// --mig-binding-conditions is on by default: MIG devices wait for
 	// gpuslice.dev/mig-ready, and no other device does.
 	list, err := srv.Client.Resource(gvr).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=gpu-1"})
@@ -159,16 +160,10 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 	if err := srv.EnsureNamespace(ctx, "late"); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if ok, _ := published(append(tenants, "late")...); ok {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("no copies for namespace late\n%s", errOut.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	testkit.EventuallyCtx(t, ctx, "copies for namespace late", func() (bool, string) {
+		ok, _ := published(append(tenants, "late")...)
+		return ok, errOut.String()
+	})
 	// A claim in ml holds team-ml's copy of GPU 7 (allocated as the stock
 	// scheduler writes it); ml is then relabelled team-ml2, so no namespace
 	// names team-ml any more: its copy stays published while the claim
@@ -194,16 +189,10 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 	if _, err := cs.CoreV1().Namespaces().Update(ctx, ml, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if ok, _ := published(append(tenants, "late", "team-ml2")...); ok {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("after relabelling ml: team-ml's held copy or team-ml2's copies missing\n%s", errOut.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	testkit.EventuallyCtx(t, ctx, "team-ml's held copy and team-ml2's copies after relabelling ml", func() (bool, string) {
+		ok, _ := published(append(tenants, "late", "team-ml2")...)
+		return ok, errOut.String()
+	})
 	// Relabelled gpuslice.dev/tenant-copies=false, late loses its copies
 	// and ml its tenant team-ml2's; team-ml's, which the claim holds,
 	// stays. Without the label, late's copies return.
@@ -222,16 +211,11 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 		}
 	}
 	waitFor := func(what string, want []string) {
-		for {
-			if ok, _ := published(want...); ok {
-				return
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("%s: want copies for exactly %v\n%s", what, want, errOut.String())
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
+		t.Helper()
+		testkit.EventuallyCtx(t, ctx, fmt.Sprintf("%s: copies for exactly %v", what, want), func() (bool, string) {
+			ok, _ := published(want...)
+			return ok, errOut.String()
+		})
 	}
 	copiesLabel("late", "false")
 	copiesLabel("ml", "false")
@@ -285,13 +269,9 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 		if err := fc.ExecuteContext(ctx); err != nil || strings.TrimSpace(fout.String()) != step.out {
 			t.Fatalf("simulate-fault %v: %v, printed %q, want %q", step.args, err, fout.String(), step.out)
 		}
-		for tainted() != step.tainted {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("after simulate-fault %v: GPU 3 tainted %v, want %v\n%s", step.args, !step.tainted, step.tainted, errOut.String())
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
+		testkit.EventuallyCtx(t, ctx, fmt.Sprintf("after simulate-fault %v: GPU 3 tainted %v", step.args, step.tainted), func() (bool, string) {
+			return tainted() == step.tainted, errOut.String()
+		})
 	}
 	stop()
 	if err := <-done; err != nil {
@@ -301,7 +281,7 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 		t.Fatalf("log: %s", errOut.String())
 	}
 
-	cmd = New(&out, &errOut)
+	cmd = New(&out, errOut)
 	cmd.SetArgs([]string{"dra-driver", "--node", ""})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--node") {
 		t.Fatalf("without a node: %v", err)
@@ -310,7 +290,7 @@ contexts: [{name: t, context: {cluster: t, user: t}}]
 		"92,x": `--xid-noschedule: entry 2 "x": want a positive XID number such as 92, or "none"`,
 		"48":   "--xid-noschedule: XID 48 (double-bit ECC error) is fatal and always taints NoExecute",
 	} {
-		cmd = New(&out, &errOut)
+		cmd = New(&out, errOut)
 		cmd.SetArgs([]string{"dra-driver", "--node", "gpu-1", "--xid-noschedule", arg})
 		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--xid-noschedule %s: %v, want %q", arg, err, want)

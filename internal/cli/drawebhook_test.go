@@ -5,26 +5,24 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"net"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // `gpuslice dra-webhook --tls-self-signed` serves AdmissionReviews over
 // TLS with a certificate for the names asked, and denies a bad claim with
 // the field's path.
 func TestDRAWebhookCommand(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freePort(t)
 	var out, errOut syncBuffer
 	cmd := New(&out, &errOut)
 	cmd.SetArgs([]string{"dra-webhook", "--tls-self-signed", dir, "--dns-name", "gpuslice-webhook.gpuslice.svc", "--listen", addr})
@@ -50,15 +48,10 @@ func TestDRAWebhookCommand(t *testing.T) {
 "spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"shared.gpuslice.dev"}}],
 "config":[{"opaque":{"driver":"gpu.gpuslice.dev","parameters":{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"mps","threadPercent":500}}}]}}}}}`
 	var resp *http.Response
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testkit.Eventually(t, 20*time.Second, "the webhook to serve", func() (bool, string) {
 		resp, err = client.Post("https://"+addr+"/validate", "application/json", strings.NewReader(body))
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatalf("webhook not serving (stderr: %s): %v", errOut.String(), err)
-	}
+		return err == nil, fmt.Sprintf("%v (stderr: %s)", err, errOut.String())
+	})
 	defer resp.Body.Close()
 	var review struct {
 		Response struct {
@@ -84,12 +77,15 @@ func TestDRAWebhookNeedsTLS(t *testing.T) {
 }
 
 func waitFile(path string) ([]byte, error) {
-	var err error
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		var b []byte
-		if b, err = os.ReadFile(path); err == nil && len(b) > 0 {
-			return b, nil
+	var b []byte
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := testkit.Wait(ctx, func() (bool, string) {
+		var err error
+		if b, err = os.ReadFile(path); err != nil {
+			return false, err.Error()
 		}
-	}
-	return nil, err
+		return len(b) > 0, path + " is empty"
+	})
+	return b, err
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/gpu/nvml"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // The README's first minute on the default simulated host (a DGX A100,
@@ -22,6 +24,7 @@ func TestFirstDayRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns a server")
 	}
+	t.Parallel()
 	dir, addr, url, _, logs := serveUp(t, "--simulate", "dgx-a100", "--node", "firstday")
 	admin := adminToken(t, dir)
 	run := func(args ...string) (string, string, error) {
@@ -92,7 +95,7 @@ func TestFirstDayRun(t *testing.T) {
 		err := cmd.Execute()
 		done <- result{errOut.String(), err}
 	}()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testkit.Eventually(t, 20*time.Second, "the claim to run", func() (bool, string) {
 		if _, err := apiCall(addr, admin, "GET", "/v1/claims", nil, &claims); err != nil {
 			t.Fatal(err)
 		}
@@ -100,13 +103,8 @@ func TestFirstDayRun(t *testing.T) {
 		for _, c := range claims {
 			running = running || (c.State == api.Running && c.Spec.Node == "firstday")
 		}
-		if running {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the claim never ran: %+v", claims)
-		}
-	}
+		return running, fmt.Sprintf("%+v", claims)
+	})
 	if code, err := apiCall(addr, admin, "DELETE", "/v1/nodes/firstday", nil, nil); err != nil || code != 204 {
 		t.Fatalf("removing the node: %d %v", code, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // syncBuffer is a bytes.Buffer a child process writes while the test reads.
@@ -100,18 +101,14 @@ func serveUp(t *testing.T, extra ...string) (dir, addr, url string, child *exec.
 	}
 	url = scheme + "://" + addr
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := hc.Get(url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
+	up := healthy(url, hc)
+	testkit.Eventually(t, 30*time.Second, "serve to start", func() (bool, string) {
+		if child.ProcessState != nil {
+			t.Fatalf("serve exited:\n%s", logs.String())
 		}
-		if time.Now().After(deadline) || child.ProcessState != nil {
-			t.Fatalf("serve did not start: %v\n%s", err, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		ok, why := up()
+		return ok, why + "\n" + logs.String()
+	})
 	t.Cleanup(func() {
 		if child.ProcessState == nil {
 			_ = child.Process.Signal(syscall.SIGTERM)
@@ -153,23 +150,20 @@ func nodesLs(t *testing.T, url, admin string, conn ...string) (map[string]string
 // waitNodes waits until `nodes ls` shows every one of names.
 func waitNodes(t *testing.T, url, admin string, conn []string, agentLogs *syncBuffer, names ...string) map[string]string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got, code, out := nodesLs(t, url, admin, conn...)
+	var got map[string]string
+	testkit.Eventually(t, 30*time.Second, fmt.Sprintf("nodes ls to show all of %v", names), func() (bool, string) {
+		var code int
+		var out string
+		got, code, out = nodesLs(t, url, admin, conn...)
 		missing := 0
 		for _, n := range names {
 			if _, ok := got[n]; !ok {
 				missing++
 			}
 		}
-		if code == 0 && missing == 0 {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes ls does not show all of %v: exit %d\n%s\nagent:\n%s", names, code, out, agentLogs.String())
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return code == 0 && missing == 0, fmt.Sprintf("exit %d\n%s\nagent:\n%s", code, out, agentLogs.String())
+	})
+	return got
 }
 
 // The README's second host, simulated on the same machine as serve: its
@@ -179,6 +173,7 @@ func TestSimulatedSecondHostOnOneMachine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir, _, url, _, _ := serveUp(t, "--simulate", "l4x4", "--node", "local-1")
 	admin := adminToken(t, dir)
 	tok := agentTokenFor(t, url, admin, "sim-1")
@@ -198,6 +193,7 @@ func TestNodesRm(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir, _, url, _, _ := serveUp(t, "--simulate", "l4x4", "--no-agent")
 	admin := adminToken(t, dir)
 	tok := agentTokenFor(t, url, admin, "sim-1")
@@ -251,6 +247,7 @@ func TestServeMissingCertificateFails(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "nope.pem")
 	out := serveFails(t, freePort(t), "--tls-cert", missing, "--tls-key", missing)
 	if !strings.Contains(out, "nope.pem") {
@@ -262,6 +259,7 @@ func TestServeBusyPortFails(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -279,6 +277,7 @@ func TestServeSelfSignedTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir, _, url, _, logs := serveUp(t, "--simulate", "l4x4", "--node", "local-1", "--tls-self-signed")
 	certPath := filepath.Join(dir, "tls-cert.pem")
 	pemData, err := os.ReadFile(certPath)

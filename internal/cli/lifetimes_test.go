@@ -21,6 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/model"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // alive says whether pid is a live process (not a zombie).
@@ -32,18 +33,6 @@ func alive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
-}
-
-// eventually polls ok every 50ms for up to d.
-func eventually(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // replicaSeen is what one replica wrote into its working directory.
@@ -100,6 +89,7 @@ func TestServeLeavesNoReplicaBehind(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	// Replicas run as other uids when the test runs as root: their
 	// directory must be one others may pass through (t.TempDir is not).
 	dir, root := t.TempDir(), filepath.Join(os.TempDir(), fmt.Sprintf("gpuslice-test-replicas-%d", os.Getpid()))
@@ -139,9 +129,9 @@ func TestServeLeavesNoReplicaBehind(t *testing.T) {
 		t.Fatalf("service: %d %v", code, err)
 	}
 	var first []replicaSeen
-	eventually(t, 30*time.Second, "two replicas started\n"+logs.String(), func() bool {
+	testkit.Eventually(t, 30*time.Second, "two replicas to start", func() (bool, string) {
 		first = readReplicas(t, root)
-		return len(first) == 2 && first[0].claim != "" && first[1].claim != ""
+		return len(first) == 2 && first[0].claim != "" && first[1].claim != "", fmt.Sprintf("%+v\n%s", first, logs.String())
 	})
 	for _, r := range first {
 		if os.Geteuid() == 0 && (r.uid == "0" || r.uid == "") {
@@ -170,7 +160,9 @@ func TestServeLeavesNoReplicaBehind(t *testing.T) {
 	_ = child.Wait()
 	killed = true
 	for _, r := range first {
-		eventually(t, 5*time.Second, "replica "+strconv.Itoa(r.pid)+" outlived kill -9 of serve", func() bool { return !alive(r.pid) })
+		testkit.Eventually(t, 5*time.Second, "replica "+strconv.Itoa(r.pid)+" to die with serve (kill -9)", func() (bool, string) {
+			return !alive(r.pid), "it outlived kill -9 of serve"
+		})
 	}
 	for _, r := range first {
 		_ = os.Remove(filepath.Join(r.dir, "pids")) // the next run's replicas write their own
@@ -178,12 +170,14 @@ func TestServeLeavesNoReplicaBehind(t *testing.T) {
 	child, logs = startServeWith(t, dir, addr, env, args...)
 	killed = false
 	for _, r := range first {
-		eventually(t, 20*time.Second, "the child of a replica of the killed serve still runs\n"+logs.String(), func() bool { return !alive(r.bg) })
+		testkit.Eventually(t, 20*time.Second, "the next start to end the child of a replica of the killed serve", func() (bool, string) {
+			return !alive(r.bg), "it still runs\n" + logs.String()
+		})
 	}
 	var second []replicaSeen
-	eventually(t, 30*time.Second, "two new replicas after the restart\n"+logs.String(), func() bool {
+	testkit.Eventually(t, 30*time.Second, "two new replicas after the restart", func() (bool, string) {
 		second = readReplicas(t, root)
-		return len(second) == 2 && second[0].claim != "" && second[1].claim != ""
+		return len(second) == 2 && second[0].claim != "" && second[1].claim != "", fmt.Sprintf("%+v\n%s", second, logs.String())
 	})
 	var claims []api.Claim
 	if _, err := apiCall(addr, admin, "GET", "/v1/claims?state=pending&state=allocated&state=running", nil, &claims); err != nil {
@@ -231,6 +225,7 @@ func TestKillNineOfRunReleasesItsClaim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freePort(t)
 	child, logs := startServeWith(t, dir, addr, nil, "--lease-grace", "1s")
@@ -244,10 +239,12 @@ func TestKillNineOfRunReleasesItsClaim(t *testing.T) {
 	}
 	_ = run.Process.Signal(syscall.SIGKILL)
 	_ = run.Wait()
-	eventually(t, 5*time.Second, "CMD outlived kill -9 of gpuslice run", func() bool { return !alive(pid) })
-	eventually(t, 15*time.Second, "the claim of a killed run was never released", func() bool {
+	testkit.Eventually(t, 5*time.Second, "CMD to die with gpuslice run (kill -9)", func() (bool, string) {
+		return !alive(pid), "CMD outlived kill -9 of gpuslice run"
+	})
+	testkit.Eventually(t, 15*time.Second, "the claim of a killed run to be released", func() (bool, string) {
 		_, err := apiCall(addr, admin, "GET", "/v1/claims/"+id, nil, &c)
-		return err == nil && c.State == api.Released
+		return err == nil && c.State == api.Released, fmt.Sprintf("%s (%s) %v", c.State, c.Reason, err)
 	})
 	if !strings.Contains(c.Reason, "lease expired") {
 		t.Errorf("reason %q, want lease expired", c.Reason)
@@ -259,6 +256,7 @@ func TestRunStopsWhenItsClaimIsReleased(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freePort(t)
 	child, _ := startServeWith(t, dir, addr, nil)
@@ -296,10 +294,10 @@ func runSleeper(t *testing.T, dir, addr, lease string) (admin string, run *exec.
 		t.Fatal(err)
 	}
 	run, runLogs = gsStart(t, "run", "--server", "http://"+addr, "--token", admin, "--node", "crashnode", "--memory", "2GiB", "--lease", lease, "--", "sh", script)
-	eventually(t, 20*time.Second, "run started CMD\n"+runLogs.String(), func() bool {
+	testkit.Eventually(t, 20*time.Second, "run to start CMD", func() (bool, string) {
 		b, err := os.ReadFile(pidFile)
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && pid > 0
+		return err == nil && pid > 0, runLogs.String()
 	})
 	var claims []api.Claim
 	if _, err := apiCall(addr, admin, "GET", "/v1/claims?state=allocated&state=running", nil, &claims); err != nil || len(claims) != 1 {

@@ -19,6 +19,7 @@ func TestServeNodePoolsBuysANodeForAPendingClaim(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	pools, err := filepath.Abs("../../examples/nodepools/pools.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -31,14 +32,7 @@ func TestServeNodePoolsBuysANodeForAPendingClaim(t *testing.T) {
 	if code, err := apiCall(addr, admin, "POST", "/v1/claims", req, &c); err != nil || code != 201 {
 		t.Fatalf("create: %d %v", code, err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); c.Allocation == nil || alloc.IsPlanned(c.Allocation.Devices[0].Device); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("claim never placed on a real instance: %+v\nserve:\n%s", c, logs.String())
-		}
-		if _, err := apiCall(addr, admin, "GET", "/v1/claims/"+c.ID, nil, &c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	placed(t, addr, admin, &c, 30*time.Second, "the claim to be placed on a real instance", logs)
 	if d := c.Allocation.Devices[0]; d.Node != "a100-0" || !strings.HasPrefix(d.Device, "MIG-") || d.Profile != "3g.20gb" {
 		t.Fatalf("allocation %+v", d)
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // TestREADMEWalk walks the README as a new user would: it builds the
@@ -24,48 +26,114 @@ import (
 // not know, or one it knows that the README no longer has, fails the test:
 // the README and this walk change together.
 //
+// The pages that go on with the README's serve (servedDocs) are walked in
+// order after it, on that serve. Every other page neither starts nor
+// talks to a server: each is walked from a fresh directory of its own (its
+// own home, no server to reach), beside the README, once the binary is
+// built.
+//
 // Two substitutions are made, both about where things are rather than
 // what they do: serve listens on a free port (GPUSLICE_LISTEN, with
 // GPUSLICE_SERVER for the CLI, and the curl line's localhost:7777), and
-// the agent line gets the secret the line before it printed.
+// the agent line gets the secret the line before it printed. With
+// GPUSLICE_BIN set (scripts/test.sh builds the binary once, with the
+// README's command `go build -o gpuslice ./cmd/gpuslice`, for every test
+// that runs it), the build line takes that binary instead of building it
+// again.
 func TestREADMEWalk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs the README")
 	}
+	t.Parallel()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []readmeLine
+	seen := map[string]bool{}
+	var served []readmeLine
+	var offline [][]readmeLine // a page each
 	for _, f := range walkedDocs {
-		lines = append(lines, readmeCommands(t, root, f)...)
+		lines := readmeCommands(t, root, f)
+		for _, l := range lines {
+			seen[l.raw] = true
+			if _, ok := readmeSteps[l.raw]; !ok {
+				t.Errorf("%s: the walk does not know %q: add it to readmeSteps with what its output must show", l.pos(), l.raw)
+			}
+		}
+		if servedDocs[f] {
+			served = append(served, lines...)
+		} else if len(lines) > 0 {
+			offline = append(offline, lines)
+		}
+	}
+	for raw := range readmeSteps {
+		if !seen[raw] {
+			t.Errorf("the walk knows %q, which neither the README nor docs/ has any more: remove it from readmeSteps", raw)
+		}
 	}
 
 	tmp := t.TempDir()
-	work := filepath.Join(tmp, "work")
-	home := filepath.Join(tmp, "home")
-	for _, d := range []string{work, home} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	gocache, gomodcache := goEnv(t, "GOCACHE"), goEnv(t, "GOMODCACHE")
+	// newWalk makes a working directory (with the repository's examples)
+	// and a home directory for a walk; server is where its CLI reaches.
+	newWalk := func(t *testing.T, name, listen, server string) *walk {
+		work, home := filepath.Join(tmp, name, "work"), filepath.Join(tmp, name, "home")
+		for _, d := range []string{work, home} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Symlink(filepath.Join(root, "examples"), filepath.Join(work, "examples")); err != nil {
 			t.Fatal(err)
 		}
+		env := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "GPUSLICE_LISTEN=" + listen,
+			"GPUSLICE_SERVER=" + server, "GOCACHE=" + gocache, "GOMODCACHE=" + gomodcache,
+			"GOFLAGS=" + os.Getenv("GOFLAGS"), "GOTOOLCHAIN=local"}
+		return &walk{t: t, root: root, work: work, env: env, addr: listen}
 	}
-	if err := os.Symlink(filepath.Join(root, "examples"), filepath.Join(work, "examples")); err != nil {
-		t.Fatal(err)
-	}
-	addr := freePort(t)
-	env := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "GPUSLICE_LISTEN=" + addr,
-		"GPUSLICE_SERVER=http://" + addr, "GOCACHE=" + goEnv(t, "GOCACHE"), "GOMODCACHE=" + goEnv(t, "GOMODCACHE"),
-		"GOFLAGS=" + os.Getenv("GOFLAGS"), "GOTOOLCHAIN=local"}
 
-	w := &walk{t: t, work: work, env: env, addr: addr}
-	defer w.stop()
-	seen := map[string]bool{}
+	// The README's walk builds the binary; the other pages wait for it.
+	built, servedDone := make(chan struct{}), make(chan struct{})
+	var bin string
+	t.Run("README", func(t *testing.T) {
+		t.Parallel()
+		defer close(servedDone)
+		addr := freePort(t)
+		w := newWalk(t, "readme", addr, "http://"+addr)
+		w.built = func(path string) { bin = path; close(built) }
+		defer w.stop()
+		w.walk(served)
+	})
+	for _, lines := range offline {
+		t.Run(lines[0].file, func(t *testing.T) {
+			t.Parallel()
+			select {
+			case <-built:
+			case <-servedDone:
+				select {
+				case <-built:
+				default:
+					t.Fatal("the README's walk ended before it built the binary")
+				}
+			}
+			// No server: a command of this page that needs one fails.
+			w := newWalk(t, strings.TrimSuffix(filepath.Base(lines[0].file), ".md"), "127.0.0.1:1", "http://127.0.0.1:1")
+			if err := os.Symlink(bin, filepath.Join(w.work, "gpuslice")); err != nil {
+				t.Fatal(err)
+			}
+			defer w.stop()
+			w.walk(lines)
+		})
+	}
+}
+
+// walk runs lines in order, each as its step in readmeSteps says.
+func (w *walk) walk(lines []readmeLine) {
+	t := w.t
 	for _, l := range lines {
-		seen[l.raw] = true
 		step, ok := readmeSteps[l.raw]
 		if !ok {
-			t.Errorf("%s: the walk does not know %q: add it to readmeSteps with what its output must show", l.pos(), l.raw)
-			continue
+			continue // reported by TestREADMEWalk
 		}
 		if step.skip != "" {
 			t.Logf("%s: skipped %q: %s", l.pos(), l.cmd, step.skip)
@@ -83,7 +151,7 @@ func TestREADMEWalk(t *testing.T) {
 		if step.before != nil {
 			step.before(w)
 		}
-		out := w.run(l, cmd, root)
+		out := w.run(l, cmd)
 		for _, want := range step.want {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s: %s: output lacks %q:\n%s", l.pos(), l.cmd, want, out)
@@ -95,11 +163,17 @@ func TestREADMEWalk(t *testing.T) {
 			}
 		}
 	}
-	for raw := range readmeSteps {
-		if !seen[raw] {
-			t.Errorf("the walk knows %q, which neither the README nor docs/ has any more: remove it from readmeSteps", raw)
-		}
-	}
+}
+
+// servedDocs are the pages that go on with the README's serve, walked in
+// order after the README on it; the other pages of walkedDocs need no
+// server.
+var servedDocs = map[string]bool{
+	"README.md":           true,
+	"docs/tour.md":        true,
+	"docs/hosts.md":       true,
+	"docs/trust-model.md": true,
+	"docs/services.md":    true,
 }
 
 // walkedDocs are the files whose ```sh blocks the walk runs, in order:
@@ -225,27 +299,46 @@ type readmeStep struct {
 
 // walk is the state of one README walk.
 type walk struct {
-	t          *testing.T
-	work, addr string
-	env        []string
-	procs      []*exec.Cmd
-	agent      *exec.Cmd
-	agentToken string
+	t                *testing.T
+	root, work, addr string
+	env              []string
+	procs            []*exec.Cmd
+	agent            *exec.Cmd
+	agentToken       string
+	built            func(path string) // called once the build line made the binary
 }
 
-func (w *walk) run(l readmeLine, cmd, root string) string {
+func (w *walk) run(l readmeLine, cmd string) string {
 	w.t.Helper()
+	bin := filepath.Join(w.work, "gpuslice")
+	if strings.HasPrefix(cmd, "go build") {
+		if given := os.Getenv("GPUSLICE_BIN"); given != "" {
+			// scripts/test.sh ran this very line (readmeSteps holds it as
+			// written) once for the whole run.
+			w.t.Logf("%s: GPUSLICE_BIN=%s, built with this command by scripts/test.sh", l.pos(), given)
+			if err := os.Symlink(given, bin); err != nil {
+				w.t.Fatal(err)
+			}
+			if w.built != nil {
+				w.built(bin)
+			}
+			return ""
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := exec.CommandContext(ctx, "sh", "-c", cmd)
 	c.Dir, c.Env = w.work, w.env
 	if strings.HasPrefix(cmd, "go build") {
-		c.Dir = root
-		c.Args[2] = strings.Replace(cmd, "-o gpuslice", "-o "+filepath.Join(w.work, "gpuslice"), 1)
+		c.Dir = w.root
+		c.Args[2] = strings.Replace(cmd, "-o gpuslice", "-o "+bin, 1)
 	}
 	out, err := c.CombinedOutput()
 	if err != nil {
 		w.t.Fatalf("%s: %s: %v\n%s", l.pos(), l.cmd, err, out)
+	}
+	if strings.HasPrefix(cmd, "go build") && w.built != nil {
+		w.built(bin)
 	}
 	return string(out)
 }
@@ -263,17 +356,12 @@ func (w *walk) start(l readmeLine, cmd string, step readmeStep) {
 	if strings.Contains(cmd, " agent ") {
 		w.agent = c
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := step.ready(w)
-		if err == nil {
-			return
+	testkit.Eventually(w.t, 30*time.Second, l.pos()+": "+l.cmd+" to come up", func() (bool, string) {
+		if err := step.ready(w); err != nil {
+			return false, err.Error() + "\n" + logs.String()
 		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("%s: %s did not come up: %v\n%s", l.pos(), l.cmd, err, logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return true, ""
+	})
 }
 
 func (w *walk) stop() {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,19 +17,8 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
-
-// gpusliceBinary builds cmd/gpuslice for a test: exit codes and signals
-// are the process's own, so they are tested on it.
-func gpusliceBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "gpuslice")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/gpuslice/gpuslice/cmd/gpuslice").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building gpuslice: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // lockedBuffer collects a child's output while the test reads it.
 type lockedBuffer struct {
@@ -86,25 +76,22 @@ func startRun(t *testing.T, bin, addr, token string, args ...string) *runProc {
 // returns the first submatch.
 func (p *runProc) waitOutput(t *testing.T, re *regexp.Regexp) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		all := p.errOut.String() + p.out.String()
-		if m := re.FindStringSubmatch(all); m != nil {
-			if len(m) > 1 {
-				return m[1]
-			}
-			return m[0]
+	var m []string
+	testkit.Eventually(t, 30*time.Second, fmt.Sprint(re), func() (bool, string) {
+		if m = re.FindStringSubmatch(p.errOut.String() + p.out.String()); m != nil {
+			return true, ""
 		}
 		select {
 		case <-p.done:
 			t.Fatalf("run exited (%v) before %s\nstdout %s\nstderr %s", p.err, re, p.out.String(), p.errOut.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s in 30s\nstdout %s\nstderr %s", re, p.out.String(), p.errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false, fmt.Sprintf("stdout %s\nstderr %s", p.out.String(), p.errOut.String())
+	})
+	if len(m) > 1 {
+		return m[1]
 	}
+	return m[0]
 }
 
 // exitCode waits for the process and returns its exit code.
@@ -147,7 +134,10 @@ func TestRunProcessSignalsTimeoutTenant(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds gpuslice and spawns a server")
 	}
-	bin := gpusliceBinary(t)
+	t.Parallel()
+	// Exit codes and signals are the process's own, so they are tested on
+	// the gpuslice binary.
+	bin := testkit.GpusliceBinary(t)
 	dir := t.TempDir()
 	addr := freePort(t)
 	srv := startServe(t, dir, addr)

@@ -18,6 +18,7 @@ func TestRunEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns a server")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freePort(t)
 	child := startServe(t, dir, addr)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuslice/gpuslice/internal/api"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // The seed's time-slicing compose file runs as written: `services put -f
@@ -27,6 +28,7 @@ func TestSeedComposeRunsAsWrittenAndSignalsStopItsReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir, root := t.TempDir(), filepath.Join(os.TempDir(), fmt.Sprintf("gpuslice-test-seed-replicas-%d", os.Getpid()))
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
 	addr := freePort(t)
@@ -64,9 +66,9 @@ func TestSeedComposeRunsAsWrittenAndSignalsStopItsReplicas(t *testing.T) {
 	stop := func(sig syscall.Signal) {
 		t.Helper()
 		var rs []replicaSeen
-		eventually(t, 30*time.Second, "the seed's replica started", func() bool {
+		testkit.Eventually(t, 30*time.Second, "the seed's replica to start", func() (bool, string) {
 			rs = readReplicas(t, root)
-			return len(rs) == 1 && rs[0].claim != "" && alive(rs[0].bg)
+			return len(rs) == 1 && rs[0].claim != "" && alive(rs[0].bg), fmt.Sprintf("%+v\n%s", rs, logs.String())
 		})
 		start := time.Now()
 		_ = child.Process.Signal(sig)

@@ -20,6 +20,7 @@ import (
 // run it), prints the outcome and leaves nothing behind; a refusal is an
 // error naming the flag; with nobody watching it withdraws the request.
 func TestSimulateFaultCommand(t *testing.T) {
+	t.Parallel()
 	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB"}, {Model: "A100-40GB"}}})
 	if err != nil {
 		t.Fatal(err)

@@ -4,9 +4,11 @@ package cli
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,12 +20,26 @@ import (
 
 // TestMain makes the test binary a multicall binary, as main makes
 // gpuslice: called as nvidia-cuda-mps-control it is the simulator.
+//
+// The tests here mostly wait on the processes they start (serve, agents,
+// run, the README's commands), each test on its own data directory, port
+// and home: unless -test.parallel is given, up to minParallel of them run
+// at once even where GOMAXPROCS is smaller.
 func TestMain(m *testing.M) {
 	if code, ok := Multicall(os.Args, os.Stdin, os.Stdout, os.Stderr); ok {
 		os.Exit(code)
 	}
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(runtime.GOMAXPROCS(0), minParallel)))
+	}
 	os.Exit(m.Run())
 }
+
+// minParallel is how many parallel tests run at once at least.
+const minParallel = 8
 
 // The hidden `gpuslice sim-mps-control -d` starts the simulated daemon
 // through the multicall name; the link dra-driver --simulate installs in

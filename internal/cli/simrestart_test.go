@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/api"
 	"github.com/gpuslice/gpuslice/internal/catalog"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // Stopping serve and starting it again on simulated GPUs keeps a running
@@ -20,6 +22,7 @@ func TestServeRestartKeepsRunningMIGClaimOnSimulatedGPUs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns servers")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freePort(t)
 	child := startServe(t, dir, addr)
@@ -33,16 +36,7 @@ func TestServeRestartKeepsRunningMIGClaimOnSimulatedGPUs(t *testing.T) {
 	if code, err := apiCall(addr, token, "POST", "/v1/claims", req, &c); err != nil || code != 201 {
 		t.Fatalf("create: %d %v", code, err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for c.Allocation == nil || alloc.IsPlanned(c.Allocation.Devices[0].Device) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the local agent never made the instance: %+v", c)
-		}
-		time.Sleep(100 * time.Millisecond)
-		if _, err := apiCall(addr, token, "GET", "/v1/claims/"+c.ID, nil, &c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	placed(t, addr, token, &c, 20*time.Second, "the local agent to make the instance", nil)
 	device := c.Allocation.Devices[0].Device
 	if code, err := apiCall(addr, token, "POST", "/v1/claims/"+c.ID+"/running", nil, nil); err != nil || code != 200 {
 		t.Fatalf("running: %d %v", code, err)
@@ -54,14 +48,7 @@ func TestServeRestartKeepsRunningMIGClaimOnSimulatedGPUs(t *testing.T) {
 	if code, err := apiCall(addr, token, "POST", "/v1/claims", shareReq, &sc); err != nil || code != 201 {
 		t.Fatalf("create shared: %d %v", code, err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); sc.Allocation == nil || alloc.IsPlanned(sc.Allocation.Devices[0].Device); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the shared claim was never placed: %+v", sc)
-		}
-		if _, err := apiCall(addr, token, "GET", "/v1/claims/"+sc.ID, nil, &sc); err != nil {
-			t.Fatal(err)
-		}
-	}
+	placed(t, addr, token, &sc, 20*time.Second, "the shared claim to be placed", nil)
 	shareDev, shareMiB := sc.Allocation.Devices[0].Device, sc.Allocation.Devices[0].MemoryMiB
 	var before api.Node
 	if _, err := apiCall(addr, token, "GET", "/v1/nodes/crashnode", nil, &before); err != nil {
@@ -81,17 +68,12 @@ func TestServeRestartKeepsRunningMIGClaimOnSimulatedGPUs(t *testing.T) {
 	defer func() { _ = child.Process.Signal(syscall.SIGTERM); _ = child.Wait() }()
 	// The local agent registers again with what the GPUs hold now.
 	var node api.Node
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testkit.Eventually(t, 20*time.Second, "the local node to register again", func() (bool, string) {
 		if _, err := apiCall(addr, token, "GET", "/v1/nodes/crashnode", nil, &node); err != nil {
 			t.Fatal(err)
 		}
-		if node.LastHeartbeat.After(restarted) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the local node did not register again")
-		}
-	}
+		return node.LastHeartbeat.After(restarted), fmt.Sprintf("last heartbeat %s", node.LastHeartbeat)
+	})
 	found := false
 	for _, g := range node.Inventory.GPUs {
 		for _, in := range g.Instances {
@@ -115,6 +97,26 @@ func TestServeRestartKeepsRunningMIGClaimOnSimulatedGPUs(t *testing.T) {
 		after.Allocation.Devices[0].MemoryMiB != shareMiB {
 		t.Fatalf("after a restart the shared claim is %s on %v, want running on %s with %d MiB", after.State, after.Allocation, shareDev, shareMiB)
 	}
+}
+
+// placed waits until claim c (read again from serve at addr) is placed on
+// a real device, not a planned one; serve's logs, if given, go with a
+// failure.
+func placed(t *testing.T, addr, token string, c *api.Claim, within time.Duration, what string, logs *syncBuffer) {
+	t.Helper()
+	testkit.Eventually(t, within, what, func() (bool, string) {
+		if c.Allocation != nil && !alloc.IsPlanned(c.Allocation.Devices[0].Device) {
+			return true, ""
+		}
+		if _, err := apiCall(addr, token, "GET", "/v1/claims/"+c.ID, nil, c); err != nil {
+			t.Fatal(err)
+		}
+		last := fmt.Sprintf("%+v", *c)
+		if logs != nil {
+			last += "\nserve:\n" + logs.String()
+		}
+		return c.Allocation != nil && !alloc.IsPlanned(c.Allocation.Devices[0].Device), last
+	})
 }
 
 // defaultShareMiB is 1/16 of the memory of the node's first GPU model, as
