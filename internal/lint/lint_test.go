@@ -331,3 +331,18 @@ func TestBinariesLinkNoTestKit(t *testing.T) {
 		t.Fatal("found no binary under cmd/; the test no longer sees them")
 	}
 }
+
+// testkit is the one test kit (golden files, Eventually, the gpuslice
+// binary); it imports testing.
+const testkit = module + "/internal/testkit"
+
+// Only _test.go files and test harness packages (those whose own files
+// import testing, such as internal/k8s/apitest) import internal/testkit
+// (TestBinariesLinkNoTestKit keeps it out of the binaries as well).
+func TestTestkitOnlyInTests(t *testing.T) {
+	for _, p := range packages(t) {
+		if slices.Contains(p.Imports, testkit) && !slices.Contains(p.Imports, "testing") {
+			t.Errorf("%s imports %s outside its _test.go files; only tests and test harness packages (which import testing) may", p.ImportPath, testkit)
+		}
+	}
+}
