@@ -35,8 +35,26 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+# Temporary directories this run makes, removed when it ends.
+tmpdirs=""
+trap 'rm -rf $tmpdirs' EXIT
+
 phase "go vet: static checks of every package"
 go vet ./...
+
+phase "gpuslice binary: go build -o gpuslice ./cmd/gpuslice (the README's build command), once for every later phase"
+# Every test that runs the gpuslice binary as a process takes this one
+# (GPUSLICE_BIN, read by internal/testkit.GpusliceBinary, test/consumers
+# and test/helmchart) instead of building its own: the README walk's
+# build line, internal/cli's signal tests, the consumers and the chart,
+# in every phase. Built without -race, as those tests built it; the race
+# phase's race-built code is the test binaries, which internal/cli also
+# runs as serve, agent and the CLI.
+bindir="$(mktemp -d /tmp/gpuslice-bin.XXXXXX)"
+tmpdirs="$tmpdirs $bindir"
+export GPUSLICE_BIN="$bindir/gpuslice"
+go build -o "$GPUSLICE_BIN" ./cmd/gpuslice
+echo "   $GPUSLICE_BIN"
 
 phase "control plane: etcd + kube-apiserver v1.36.3 (the default release) from the Go module proxy, built once into ~/.cache/gpuslice"
 # The render integration tests validate every rendered Kubernetes object
@@ -83,7 +101,7 @@ if [ "${GPUSLICE_SKIP_APISERVER:-}" != 1 ] && [ "${GPUSLICE_SKIP_NODE:-}" != 1 ]
   echo "   node binaries in $GPUSLICE_NODE_BIN"
   GPUSLICE_IMAGES_DIR="$(mktemp -d /tmp/gpuslice-images.XXXXXX)"
   export GPUSLICE_IMAGES_DIR
-  trap 'rm -rf "$GPUSLICE_IMAGES_DIR"' EXIT
+  tmpdirs="$tmpdirs $GPUSLICE_IMAGES_DIR"
   scripts/images.sh --test-images "$GPUSLICE_IMAGES_DIR" >/dev/null
   echo "   images in $GPUSLICE_IMAGES_DIR"
   export GPUSLICE_REQUIRE_NODE=1
@@ -117,9 +135,9 @@ phase "consumers: every render parsed by the tools that consume it (test/consume
 # A separate module so the main module does not depend on these versions:
 # k8s-device-plugin v0.19.3, mig-parted v0.13.1, Karpenter v1.15.0 (which
 # needs Go >= 1.26.9: GOTOOLCHAIN takes go1.27.3 from the module proxy, a
-# few seconds once per machine), k8s.io/api strict decoding. It builds the
-# gpuslice binary from this checkout with -mod=readonly, so neither go.mod
-# nor go.sum of the main module changes.
+# few seconds once per machine), k8s.io/api strict decoding. It runs the
+# gpuslice binary built above (GPUSLICE_BIN; without it, it builds one with
+# -mod=readonly, so neither go.mod nor go.sum of the main module changes).
 (cd test/consumers && GOTOOLCHAIN=go1.27.3 GOFLAGS=-mod=readonly go test -count=1 ./...)
 
 phase "helm chart: deploy/helm/gpuslice linted and rendered through Helm's Go packages (test/helmchart, its own go.mod)"
