@@ -29,6 +29,7 @@ func run(args ...string) string {
 // Each case's output is compared with testdata/NAME.golden; run with
 // -update to rewrite them after an intended change, and review the diff.
 func TestGolden(t *testing.T) {
+	t.Parallel()
 	cases := map[string][]string{
 		"catalog-gpus":            {"catalog", "gpus"},
 		"catalog-profiles-a100":   {"catalog", "profiles", "A100-40GB"},

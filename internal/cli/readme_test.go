@@ -35,11 +35,10 @@ import (
 // Two substitutions are made, both about where things are rather than
 // what they do: serve listens on a free port (GPUSLICE_LISTEN, with
 // GPUSLICE_SERVER for the CLI, and the curl line's localhost:7777), and
-// the agent line gets the secret the line before it printed. With
-// GPUSLICE_BIN set (scripts/test.sh builds the binary once, with the
-// README's command `go build -o gpuslice ./cmd/gpuslice`, for every test
-// that runs it), the build line takes that binary instead of building it
-// again.
+// the agent line gets the secret the line before it printed. The build
+// line is the command testkit.GpusliceBinary runs: the walk takes the
+// binary it built once for every test that runs it (GPUSLICE_BIN from
+// scripts/test.sh, or once per test process).
 func TestREADMEWalk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs the README")
@@ -73,7 +72,6 @@ func TestREADMEWalk(t *testing.T) {
 	}
 
 	tmp := t.TempDir()
-	gocache, gomodcache := goEnv(t, "GOCACHE"), goEnv(t, "GOMODCACHE")
 	// newWalk makes a working directory (with the repository's examples)
 	// and a home directory for a walk; server is where its CLI reaches.
 	newWalk := func(t *testing.T, name, listen, server string) *walk {
@@ -86,10 +84,8 @@ func TestREADMEWalk(t *testing.T) {
 		if err := os.Symlink(filepath.Join(root, "examples"), filepath.Join(work, "examples")); err != nil {
 			t.Fatal(err)
 		}
-		env := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "GPUSLICE_LISTEN=" + listen,
-			"GPUSLICE_SERVER=" + server, "GOCACHE=" + gocache, "GOMODCACHE=" + gomodcache,
-			"GOFLAGS=" + os.Getenv("GOFLAGS"), "GOTOOLCHAIN=local"}
-		return &walk{t: t, root: root, work: work, env: env, addr: listen}
+		env := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "GPUSLICE_LISTEN=" + listen, "GPUSLICE_SERVER=" + server}
+		return &walk{t: t, work: work, env: env, addr: listen}
 	}
 
 	// The README's walk builds the binary; the other pages wait for it.
@@ -299,49 +295,44 @@ type readmeStep struct {
 
 // walk is the state of one README walk.
 type walk struct {
-	t                *testing.T
-	root, work, addr string
-	env              []string
-	procs            []*exec.Cmd
-	agent            *exec.Cmd
-	agentToken       string
-	built            func(path string) // called once the build line made the binary
+	t          *testing.T
+	work, addr string
+	env        []string
+	procs      []*exec.Cmd
+	agent      *exec.Cmd
+	agentToken string
+	built      func(path string) // called once the build line made the binary
 }
 
 func (w *walk) run(l readmeLine, cmd string) string {
 	w.t.Helper()
-	bin := filepath.Join(w.work, "gpuslice")
-	if strings.HasPrefix(cmd, "go build") {
-		if given := os.Getenv("GPUSLICE_BIN"); given != "" {
-			// scripts/test.sh ran this very line (readmeSteps holds it as
-			// written) once for the whole run.
-			w.t.Logf("%s: GPUSLICE_BIN=%s, built with this command by scripts/test.sh", l.pos(), given)
-			if err := os.Symlink(given, bin); err != nil {
-				w.t.Fatal(err)
-			}
-			if w.built != nil {
-				w.built(bin)
-			}
-			return ""
+	if cmd == readmeBuild {
+		// testkit.GpusliceBinary runs this very command in the
+		// repository root, once per run (scripts/test.sh, GPUSLICE_BIN)
+		// or once per test process, for every test that runs the binary.
+		bin := filepath.Join(w.work, "gpuslice")
+		if err := os.Symlink(testkit.GpusliceBinary(w.t), bin); err != nil {
+			w.t.Fatal(err)
 		}
+		if w.built != nil {
+			w.built(bin)
+		}
+		return ""
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := exec.CommandContext(ctx, "sh", "-c", cmd)
 	c.Dir, c.Env = w.work, w.env
-	if strings.HasPrefix(cmd, "go build") {
-		c.Dir = w.root
-		c.Args[2] = strings.Replace(cmd, "-o gpuslice", "-o "+bin, 1)
-	}
 	out, err := c.CombinedOutput()
 	if err != nil {
 		w.t.Fatalf("%s: %s: %v\n%s", l.pos(), l.cmd, err, out)
 	}
-	if strings.HasPrefix(cmd, "go build") && w.built != nil {
-		w.built(bin)
-	}
 	return string(out)
 }
+
+// readmeBuild is the README's build line, the command
+// testkit.GpusliceBinary runs (with its own output path).
+const readmeBuild = "go build -o gpuslice ./cmd/gpuslice"
 
 func (w *walk) start(l readmeLine, cmd string, step readmeStep) {
 	w.t.Helper()
@@ -386,15 +377,6 @@ func (w *walk) gs(args ...string) (string, error) {
 	c.Dir, c.Env = w.work, w.env
 	out, err := c.CombinedOutput()
 	return string(out), err
-}
-
-func goEnv(t *testing.T, name string) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", name).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 var (
@@ -478,7 +460,7 @@ var readmeSteps = map[string]readmeStep{
 	"./gpuslice services rm hello                              # replicas stop, their claims are released": {}, // TestIdleStopsAndARequestWakes and TestScaleDownLosesNoRequest (internal/services) check replicas stop and claims are released
 	"go run ./cmd/gpuslice serve": {skip: "the same server as `./gpuslice serve`, which the walk starts below"},
 	"./scripts/test.sh":           {skip: "the command that runs this test"},
-	"go build -o gpuslice ./cmd/gpuslice": {check: func(w *walk, _ string) error {
+	readmeBuild: {check: func(w *walk, _ string) error {
 		_, err := os.Stat(filepath.Join(w.work, "gpuslice"))
 		return err
 	}},

@@ -24,7 +24,9 @@ import (
 // The tests here mostly wait on the processes they start (serve, agents,
 // run, the README's commands), each test on its own data directory, port
 // and home: unless -test.parallel is given, up to minParallel of them run
-// at once even where GOMAXPROCS is smaller.
+// at once even where GOMAXPROCS is smaller — in practice all of them, so
+// the longest (the README walk's pages, the seed's two 10 s stops, the
+// control plane) start first rather than after a queue.
 func TestMain(m *testing.M) {
 	if code, ok := Multicall(os.Args, os.Stdin, os.Stdout, os.Stderr); ok {
 		os.Exit(code)
@@ -39,7 +41,7 @@ func TestMain(m *testing.M) {
 }
 
 // minParallel is how many parallel tests run at once at least.
-const minParallel = 8
+const minParallel = 64
 
 // The hidden `gpuslice sim-mps-control -d` starts the simulated daemon
 // through the multicall name; the link dra-driver --simulate installs in
