@@ -127,9 +127,10 @@ phase "go test: every package (go test -count=1 ./...)"
 go test -count=1 ./...
 
 phase "race: go test -race of the concurrent parts"
-go test -count=1 -race ./internal/server/... ./internal/state/... ./internal/agent/... ./internal/node/... ./internal/cli/... ./internal/web/... ./internal/services/... ./internal/nodescale/... ./internal/k8s/scalezero/...
-# the DRA kubelet plugin: Prepare, Unprepare, the watchdog and /metrics at once
-go test -count=1 -race ./internal/k8s/draplugin/...
+# One command, so go test runs these packages side by side (the DRA
+# kubelet plugin's Prepare, Unprepare, watchdog and /metrics at once among
+# them) rather than the plugin after the rest.
+go test -count=1 -race ./internal/server/... ./internal/state/... ./internal/agent/... ./internal/node/... ./internal/cli/... ./internal/web/... ./internal/services/... ./internal/nodescale/... ./internal/k8s/scalezero/... ./internal/k8s/draplugin/...
 
 phase "consumers: every render parsed by the tools that consume it (test/consumers, its own go.mod)"
 # A separate module so the main module does not depend on these versions:
