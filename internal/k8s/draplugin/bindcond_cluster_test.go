@@ -21,6 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // countingDevice is the fake GPUs with a log of every CreateInstance
@@ -59,9 +60,12 @@ type bindEnv struct {
 	regDir, stateDir string
 }
 
-func newBindEnv(t *testing.T, gpus int) *bindEnv {
-	const node = "gpu-node"
-	c := newCluster(t, node)
+// newBindEnv is the test's part of the shared control plane, a node and a
+// namespace both called name, and a driver's configuration for gpus
+// simulated A100s on that node.
+func newBindEnv(t *testing.T, name string, gpus int) *bindEnv {
+	node := name
+	c := newCluster(t, node, name)
 	dir := shortDir(t)
 	spec := fake.MachineSpec{}
 	for range gpus {
@@ -107,49 +111,38 @@ func (e *bindEnv) migSelector(i int, profile string) string {
 // (PreBind, before waiting on the binding conditions).
 func (e *bindEnv) waitAllocated(name string) *resourceapi.ResourceClaim {
 	e.t.Helper()
-	for {
-		cl, err := e.cs.ResourceV1().ResourceClaims("team-a").Get(e.ctx, name, metav1.GetOptions{})
+	var cl *resourceapi.ResourceClaim
+	testkit.EventuallyCtx(e.t, e.ctx, "claim "+name+" allocated", func() (bool, string) {
+		var err error
+		cl, err = e.cs.ResourceV1().ResourceClaims(e.ns).Get(e.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if cl.Status.Allocation != nil {
-			return cl
-		}
-		select {
-		case <-e.ctx.Done():
-			e.t.Fatalf("claim %s never allocated", name)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return cl.Status.Allocation != nil, "not allocated"
+	})
+	return cl
 }
 
 // waitPending waits for the scheduler's BindingConditionsPending event on
 // the pod: it allocated the claim and waits in PreBind.
 func (e *bindEnv) waitPending(pod string) {
 	e.t.Helper()
-	for {
-		evs, err := e.cs.EventsV1().Events("team-a").List(e.ctx, metav1.ListOptions{})
+	testkit.EventuallyCtx(e.t, e.ctx, "a BindingConditionsPending event for pod "+pod, func() (bool, string) {
+		evs, err := e.cs.EventsV1().Events(e.ns).List(e.ctx, metav1.ListOptions{})
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if slices.ContainsFunc(evs.Items, func(ev eventsv1.Event) bool {
+		return slices.ContainsFunc(evs.Items, func(ev eventsv1.Event) bool {
 			return ev.Reason == "BindingConditionsPending" && ev.Regarding.Name == pod
-		}) {
-			return
-		}
-		select {
-		case <-e.ctx.Done():
-			e.t.Fatalf("no BindingConditionsPending event for pod %s", pod)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		}), fmt.Sprintf("%d events", len(evs.Items))
+	})
 }
 
-// placement reads the profile and start the published slices give an
-// allocated device.
+// placement reads the profile and start the node's published slices give
+// an allocated device.
 func (e *bindEnv) placement(device string) (string, int) {
 	e.t.Helper()
-	list, err := e.cs.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{})
+	list, err := e.cs.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.node})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -191,11 +184,13 @@ func condition(cl *resourceapi.ResourceClaim, typ string) *metav1.Condition {
 // its instance exists gets none; one deleted after, before it is
 // prepared, has its instance destroyed.
 func TestMIGInstanceCreatedAtTheAllocatedPlacementBeforeBind(t *testing.T) {
-	e := newBindEnv(t, 2)
+	t.Parallel()
+	e := newBindEnv(t, "bind-placement", 2)
 	d, kl := e.start(e.ctx, e.cfg)
 
-	// The API server keeps the binding conditions on every MIG device.
-	list, err := e.cs.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{})
+	// The API server keeps the binding conditions on every MIG device (of
+	// this node: the other tests' drivers publish theirs without).
+	list, err := e.cs.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +216,7 @@ func TestMIGInstanceCreatedAtTheAllocatedPlacementBeforeBind(t *testing.T) {
 	}
 	// The scheduler waits: nothing is bound and no instance exists.
 	for _, n := range []string{"mig-small", "mig-big", "mig-gone"} {
-		if p, err := e.cs.CoreV1().Pods("team-a").Get(e.ctx, n, metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		if p, err := e.cs.CoreV1().Pods(e.ns).Get(e.ctx, n, metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
 			t.Fatalf("pod %s bound to %q (%v) before its MIG instance exists", n, p.Spec.NodeName, err)
 		}
 	}
@@ -230,20 +225,13 @@ func TestMIGInstanceCreatedAtTheAllocatedPlacementBeforeBind(t *testing.T) {
 	}
 	// mig-gone is deleted before its instance exists (its finalizer keeps
 	// it, marked for deletion).
-	if err := e.cs.ResourceV1().ResourceClaims("team-a").Delete(e.ctx, "mig-gone", metav1.DeleteOptions{}); err != nil {
+	if err := e.cs.ResourceV1().ResourceClaims(e.ns).Delete(e.ctx, "mig-gone", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		cl, err := e.cs.ResourceV1().ResourceClaims("team-a").Get(e.ctx, "mig-gone", metav1.GetOptions{})
-		if err != nil || cl.DeletionTimestamp != nil {
-			break
-		}
-		select {
-		case <-e.ctx.Done():
-			t.Fatal("the deleted claim was never marked for deletion")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	testkit.EventuallyCtx(t, e.ctx, "the deleted claim marked for deletion", func() (bool, string) {
+		cl, err := e.cs.ResourceV1().ResourceClaims(e.ns).Get(e.ctx, "mig-gone", metav1.GetOptions{})
+		return err != nil || cl.DeletionTimestamp != nil, "no deletionTimestamp"
+	})
 
 	began := time.Now()
 	if err := d.StartBinding(e.ctx); err != nil {
@@ -274,7 +262,7 @@ func TestMIGInstanceCreatedAtTheAllocatedPlacementBeforeBind(t *testing.T) {
 	if in := e.instances(1); len(in) != 0 {
 		t.Fatalf("GPU 1 has %+v for a deleted claim", in)
 	}
-	if p, _ := e.cs.CoreV1().Pods("team-a").Get(e.ctx, "mig-gone", metav1.GetOptions{}); p.Spec.NodeName != "" {
+	if p, _ := e.cs.CoreV1().Pods(e.ns).Get(e.ctx, "mig-gone", metav1.GetOptions{}); p.Spec.NodeName != "" {
 		t.Fatal("the pod of the deleted claim was bound")
 	}
 
@@ -317,16 +305,13 @@ func TestMIGInstanceCreatedAtTheAllocatedPlacementBeforeBind(t *testing.T) {
 	if in := e.instances(1); len(in) != 1 {
 		t.Fatalf("GPU 1 instances %+v, want the bound claim's", in)
 	}
-	if err := e.cs.ResourceV1().ResourceClaims("team-a").Delete(e.ctx, "mig-late", metav1.DeleteOptions{}); err != nil {
+	if err := e.cs.ResourceV1().ResourceClaims(e.ns).Delete(e.ctx, "mig-late", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for len(e.instances(1)) != 0 {
-		select {
-		case <-e.ctx.Done():
-			t.Fatalf("the instance of a deleted, unprepared claim stays: %+v", e.instances(1))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	testkit.EventuallyCtx(t, e.ctx, "the instance of a deleted, unprepared claim destroyed", func() (bool, string) {
+		in := e.instances(1)
+		return len(in) == 0, fmt.Sprintf("GPU 1 instances %+v", in)
+	})
 }
 
 func keys(m map[string]bool) []string {
@@ -343,7 +328,8 @@ func keys(m map[string]bool) []string {
 // and schedules the pod again, the instance is created on the retry and
 // the pod binds: retried, not stuck.
 func TestMIGCreationFailureReschedulesThePod(t *testing.T) {
-	e := newBindEnv(t, 1)
+	t.Parallel()
+	e := newBindEnv(t, "bind-failure", 1)
 	d, _ := e.start(e.ctx, e.cfg)
 	if err := d.StartBinding(e.ctx); err != nil {
 		t.Fatal(err)
@@ -351,7 +337,7 @@ func TestMIGCreationFailureReschedulesThePod(t *testing.T) {
 	e.dev.FailNextCreate(errors.New("simulated: insufficient resources"))
 
 	// Every version of the claim the API server holds, from the start.
-	w, err := e.cs.ResourceV1().ResourceClaims("team-a").Watch(e.ctx, metav1.ListOptions{})
+	w, err := e.cs.ResourceV1().ResourceClaims(e.ns).Watch(e.ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +386,8 @@ func TestMIGCreationFailureReschedulesThePod(t *testing.T) {
 // instance at the placement (no second create), sets the condition, the
 // pod binds, and prepare adopts it too.
 func TestDriverRestartBetweenCreateAndConditionAdopts(t *testing.T) {
-	e := newBindEnv(t, 1)
+	t.Parallel()
+	e := newBindEnv(t, "bind-restart", 1)
 	ctx1, crash := context.WithCancel(e.ctx)
 	created := make(chan struct{})
 	cfg1 := e.cfg

@@ -1,6 +1,7 @@
 package draplugin_test
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -8,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -19,6 +19,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 func quietLog() *slog.Logger {
@@ -42,8 +43,9 @@ func quietLog() *slog.Logger {
 // its last claim; the time-sliced GPU back to the Default interval), and
 // unpreparing a claim the driver never saw succeeds.
 func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
-	const node = "gpu-node"
-	c := newCluster(t, node)
+	t.Parallel()
+	const node = "seed-node"
+	c := newCluster(t, node, "seed-claims")
 	dir := shortDir(t)
 	mpsBin, mpsLogFile := fakeMPS(t, dir)
 	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "A100-40GB"}, {Model: "A100-40GB"}, {Model: "A100-40GB"}, {Model: "A100-40GB"}}}, fake.WithSeed(7))
@@ -221,7 +223,7 @@ func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
 	if len(left) != 0 {
 		t.Fatalf("CDI specs left after unprepare: %v", left)
 	}
-	ghost := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "ghost", Namespace: "team-a", UID: "0b7d0c4e-0000-4000-8000-000000000000"}}
+	ghost := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "ghost", Namespace: c.ns, UID: "0b7d0c4e-0000-4000-8000-000000000000"}}
 	if r := kl.unprepare(c.ctx, ghost)[string(ghost.UID)]; r == nil || r.Error != "" {
 		t.Fatalf("unprepare of an unknown claim: %+v", r)
 	}
@@ -233,8 +235,9 @@ func TestPreparesTheSeedClaimStylesOnARealCluster(t *testing.T) {
 // scheduler and prepared over gRPC with their CDI edits; a claim without
 // the toleration finds no shared GPU and its pod stays unschedulable.
 func TestPreparesTenantCopiesOnARealCluster(t *testing.T) {
-	const node = "gpu-node"
-	c := newCluster(t, node)
+	t.Parallel()
+	const node = "tenant-node"
+	c := newCluster(t, node, "team-a") // the namespace of tenant team-a
 	dir := shortDir(t)
 	m, err := fake.New(fake.MachineSpec{GPUs: []fake.GPUSpec{{Model: "L4"}, {Model: "L4"}}}, fake.WithSeed(7))
 	if err != nil {
@@ -277,36 +280,30 @@ func TestPreparesTenantCopiesOnARealCluster(t *testing.T) {
 		}
 	}
 
-	bare := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "team-a"},
+	bare := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: c.ns},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
 			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dranames.ClassShared, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}}}}
-	if _, err := c.cs.ResourceV1().ResourceClaims("team-a").Create(c.ctx, bare, metav1.CreateOptions{}); err != nil {
+	if _, err := c.cs.ResourceV1().ResourceClaims(c.ns).Create(c.ctx, bare, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cn := "bare"
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "team-a"}, Spec: corev1.PodSpec{
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: c.ns}, Spec: corev1.PodSpec{
 		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}},
 		Containers:     []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}}}
-	if _, err := c.cs.CoreV1().Pods("team-a").Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
+	c.SelectGroup(&pod.Spec)
+	if _, err := c.cs.CoreV1().Pods(c.ns).Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		p, err := c.cs.CoreV1().Pods("team-a").Get(c.ctx, "bare", metav1.GetOptions{})
+	testkit.EventuallyCtx(t, c.ctx, "the pod without a toleration bound or unschedulable", func() (bool, string) {
+		p, err := c.cs.CoreV1().Pods(c.ns).Get(c.ctx, "bare", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p.Spec.NodeName != "" {
 			t.Fatal("a claim without its tenant's toleration was given a shared GPU")
 		}
-		if slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+		return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
 			return c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable
-		}) {
-			break
-		}
-		select {
-		case <-c.ctx.Done():
-			t.Fatal("the pod without a toleration was neither bound nor unschedulable")
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		}), fmt.Sprintf("conditions %+v", p.Status.Conditions)
+	})
 }

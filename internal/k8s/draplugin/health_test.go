@@ -15,10 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drahealth "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
@@ -29,6 +26,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // devHealth is one device of a health report as the kubelet reads it.
@@ -189,11 +187,8 @@ func checkGPU(t *testing.T, what string, r healthReport, idx int, h drahealth.He
 // healthNode is a Node in the API server and a driver for it.
 func healthNode(t *testing.T, ctx context.Context, srv *apitest.Server, cs kubernetes.Interface, name string, dev gpu.Device) (*draplugin.Driver, *kubelet) {
 	t.Helper()
-	all := corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")}
-	if _, err := srv.CreateReadyNode(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Status: corev1.NodeStatus{Capacity: all, Allocatable: all}}); err != nil {
-		t.Fatal(err)
-	}
+	// A group of the node's own: the Node is deleted when the test ends.
+	apitest.NewCluster(t, srv, apitest.ClusterOptions{Group: name}).AddReadyNode(name)
 	dir := shortDir(t)
 	d, err := draplugin.New(ctx, draplugin.Config{Node: name, Device: dev, Kube: cs, CDIDir: filepath.Join(dir, "cdi"),
 		StateDir: filepath.Join(dir, "state"), RegistrarDir: filepath.Join(dir, "reg"), MPSRoot: filepath.Join(dir, "mps"),
@@ -225,7 +220,8 @@ func healthNode(t *testing.T, ctx context.Context, srv *apitest.Server, cs kuber
 // timeout of three; a cancelled stream's goroutine ends; a lost GPU is
 // Unknown; the driver's Stop ends the streams.
 func TestHealthStreamsToTheKubelet(t *testing.T) {
-	srv := apitest.Start(t)
+	t.Parallel()
+	srv := apitest.Shared(t)
 	cs, err := kubernetes.NewForConfig(srv.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +278,7 @@ func TestHealthStreamsToTheKubelet(t *testing.T) {
 	defer undrainedCancel()
 	undrained := make(chan error, 1)
 	go func() { undrained <- d.WatchHealthStatus(undrainedCtx, make(chan kubeletplugin.DeviceHealthReport)) }()
-	waitFor(t, ctx, "four health streams", func() (bool, string) {
+	testkit.EventuallyCtx(t, ctx, "four health streams", func() (bool, string) {
 		return d.HealthWatchers() == 4, fmt.Sprintf("%d", d.HealthWatchers())
 	})
 
@@ -324,7 +320,7 @@ func TestHealthStreamsToTheKubelet(t *testing.T) {
 	if err := m.InjectXID(1, 63); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "node-h's taints after the flood: GPU 0 79:NoExecute, GPU 1 63:NoSchedule", func() (bool, string) {
+	testkit.EventuallyCtx(t, ctx, "node-h's taints after the flood: GPU 0 79:NoExecute, GPU 1 63:NoSchedule", func() (bool, string) {
 		var got []string
 		ok := true
 		for _, dv := range nodeDevices(t, ctx, cs, node) {
@@ -373,7 +369,7 @@ func TestHealthStreamsToTheKubelet(t *testing.T) {
 	if err := b.ended("watcher B cancelled"); status.Code(err) != codes.Canceled {
 		t.Fatalf("watcher B ended with %v, want Canceled", err)
 	}
-	waitFor(t, ctx, "only watcher A's stream left", func() (bool, string) {
+	testkit.EventuallyCtx(t, ctx, "only watcher A's stream left", func() (bool, string) {
 		return d.HealthWatchers() == 1, fmt.Sprintf("%d streams", d.HealthWatchers())
 	})
 
@@ -404,7 +400,7 @@ func TestHealthStreamsToTheKubelet(t *testing.T) {
 		}
 	}
 
-	waitFor(t, ctx, "GPU 1's devices tainted lost:NoExecute", func() (bool, string) {
+	testkit.EventuallyCtx(t, ctx, "GPU 1's devices tainted lost:NoExecute", func() (bool, string) {
 		var got []string
 		ok := true
 		for _, dv := range nodeDevices(t, ctx, cs, node) {
@@ -446,7 +442,8 @@ func (failingDevice) Events(context.Context) (<-chan gpu.Event, error) {
 // kubelet's stream; when it has none from the start, they are Unknown
 // from the first report. The stream goes on either way.
 func TestHealthUnknownWithoutHealthEvents(t *testing.T) {
-	srv := apitest.Start(t)
+	t.Parallel()
+	srv := apitest.Shared(t)
 	cs, err := kubernetes.NewForConfig(srv.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,7 @@ package draplugin_test
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,11 +15,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -27,8 +24,8 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
-	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // kubelet is a kubelet-side test peer: it finds the driver through the
@@ -49,16 +46,10 @@ type kubelet struct {
 func registerKubelet(t *testing.T, ctx context.Context, regDir string) *kubelet {
 	t.Helper()
 	sock := filepath.Join(regDir, dranames.DriverName+"-reg.sock")
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("no registration socket %s", sock)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	testkit.EventuallyCtx(t, ctx, "the registration socket "+sock, func() (bool, string) {
+		_, err := os.Stat(sock)
+		return err == nil, fmt.Sprint(err)
+	})
 	reg, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -110,63 +101,48 @@ func (k *kubelet) unprepare(ctx context.Context, claims ...*resourceapi.Resource
 	return resp.Claims
 }
 
-// cluster is a real kube-apiserver and the stock kube-scheduler with
-// gpuslice's DeviceClasses and one ready Node.
+// cluster is one test's part of the package's control plane (a real
+// kube-apiserver and the stock kube-scheduler, shared by the tests, with
+// gpuslice's DeviceClasses): a ready Node of its own and a namespace of
+// its own, which is also its group. Its pods select its node, so tests
+// sharing the scheduler run in parallel without taking each other's
+// devices (their fake GPUs are seeded alike: the same device names and
+// UUIDs on every node).
 type cluster struct {
+	*apitest.Cluster
 	t    *testing.T
 	ctx  context.Context
 	cs   *kubernetes.Clientset
 	srv  *apitest.Server
 	node string
+	ns   string
 }
 
-func newCluster(t *testing.T, node string) *cluster {
-	srv := apitest.Start(t)
-	sched := apitest.StartScheduler(t, srv, apitest.SchedulerOptions{})
+// newCluster joins the shared control plane with a ready Node named node
+// and the namespace ns, both the test's own.
+func newCluster(t *testing.T, node, ns string) *cluster {
+	srv := apitest.Shared(t)
+	sched := apitest.SharedScheduler(t, srv, apitest.SchedulerOptions{})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("kube-scheduler log:\n%s", sched.Tail(4000))
+			t.Logf("kube-scheduler log (all tests):\n%s", sched.Tail(4000))
 		}
 	})
-	cs, err := kubernetes.NewForConfig(srv.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	t.Cleanup(cancel)
-	if err := srv.EnsureNamespace(ctx, "team-a"); err != nil {
-		t.Fatal(err)
-	}
-	for _, dc := range dradriver.DeviceClasses() {
-		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	all := corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")}
-	if _, err := srv.CreateReadyNode(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node},
-		Status: corev1.NodeStatus{Capacity: all, Allocatable: all}}); err != nil {
-		t.Fatal(err)
-	}
-	return &cluster{t: t, ctx: ctx, cs: cs, srv: srv, node: node}
+	ac := apitest.NewCluster(t, srv, apitest.ClusterOptions{Namespaces: []string{ns}, Group: ns, Timeout: 3 * time.Minute})
+	ac.AddReadyNode(node)
+	return &cluster{Cluster: ac, t: t, ctx: ac.Ctx, cs: ac.CS, srv: srv, node: node, ns: ns}
 }
 
 // waitSlices waits until n ResourceSlices of the driver exist for the node.
 func (c *cluster) waitSlices(n int) {
 	c.t.Helper()
-	for {
+	testkit.EventuallyCtx(c.t, c.ctx, fmt.Sprintf("%d ResourceSlices for %s", n, c.node), func() (bool, string) {
 		list, err := c.cs.ResourceV1().ResourceSlices().List(c.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + c.node})
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		if len(list.Items) == n {
-			return
-		}
-		select {
-		case <-c.ctx.Done():
-			c.t.Fatalf("%d ResourceSlices published for %s, want %d", len(list.Items), c.node, n)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return len(list.Items) == n, fmt.Sprintf("%d published", len(list.Items))
+	})
 }
 
 // claimSpec is one claim of a test: a device class, a selector, a memory
@@ -188,66 +164,39 @@ func (c *cluster) claimPod(s claimSpec) *resourceapi.ResourceClaim {
 // createClaimPod creates the claim and a pod of the same name using it.
 func (c *cluster) createClaimPod(s claimSpec) {
 	c.t.Helper()
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: s.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
-		Tolerations: s.tolerations}
-	if s.selector != "" {
-		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: s.selector}}}
-	}
-	if s.memory != "" {
-		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(s.memory)}}
-	}
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: "team-a"},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}}}
+	p := apitest.ClaimPod{Namespace: c.ns, Name: s.name, Class: s.class, Selector: s.selector, Memory: s.memory, Tolerations: s.tolerations}
 	if s.params != nil {
-		raw, err := json.Marshal(s.params)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		claim.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu"},
-			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-				Driver: dranames.DriverName, Parameters: runtime.RawExtension{Raw: raw}}}}}
+		p.Params = s.params
 	}
-	if _, err := c.cs.ResourceV1().ResourceClaims("team-a").Create(c.ctx, claim, metav1.CreateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
-	cn := s.name
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: "team-a"}, Spec: corev1.PodSpec{
-		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}},
-		Containers:     []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}}}
-	if _, err := c.cs.CoreV1().Pods("team-a").Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
+	c.CreateClaimPod(p)
 }
 
 // waitBound waits until the pod name is bound to the node and returns its
 // claim (of the same name), allocated.
 func (c *cluster) waitBound(name string) *resourceapi.ResourceClaim {
 	c.t.Helper()
-	s := claimSpec{name: name}
-	for {
-		p, err := c.cs.CoreV1().Pods("team-a").Get(c.ctx, s.name, metav1.GetOptions{})
+	var cl *resourceapi.ResourceClaim
+	testkit.EventuallyCtx(c.t, c.ctx, "pod "+name+" bound", func() (bool, string) {
+		p, err := c.cs.CoreV1().Pods(c.ns).Get(c.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		if p.Spec.NodeName != "" {
-			if p.Spec.NodeName != c.node {
-				c.t.Fatalf("pod %s bound to %s", s.name, p.Spec.NodeName)
-			}
-			cl, err := c.cs.ResourceV1().ResourceClaims("team-a").Get(c.ctx, s.name, metav1.GetOptions{})
-			if err != nil {
-				c.t.Fatal(err)
-			}
-			if cl.Status.Allocation == nil {
-				c.t.Fatalf("pod %s bound but claim not allocated", s.name)
-			}
-			return cl
+		if p.Spec.NodeName == "" {
+			return false, fmt.Sprintf("%+v", p.Status)
 		}
-		select {
-		case <-c.ctx.Done():
-			c.t.Fatalf("pod %s never bound: %+v", s.name, p.Status)
-		case <-time.After(100 * time.Millisecond):
+		if p.Spec.NodeName != c.node {
+			c.t.Fatalf("pod %s bound to %s", name, p.Spec.NodeName)
 		}
-	}
+		cl, err = c.cs.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if cl.Status.Allocation == nil {
+			c.t.Fatalf("pod %s bound but claim not allocated", name)
+		}
+		return true, ""
+	})
+	return cl
 }
 
 func allocatedDevice(cl *resourceapi.ResourceClaim) string {

@@ -90,8 +90,9 @@ func TestPluginChild(t *testing.T) {
 // would on a node: the stock scheduler allocates, the plugin is a separate
 // process, the kubelet-side peer talks to it over its unix sockets.
 func TestRestartMidPrepareAdoptsState(t *testing.T) {
+	t.Parallel()
 	const node = "restart-node"
-	c := newCluster(t, node)
+	c := newCluster(t, node, "restart")
 	dir := shortDir(t)
 	mpsBin, mpsLogFile := fakeMPS(t, dir)
 	base := childConfig{Node: node, StateDir: filepath.Join(dir, "state"), CDIDir: filepath.Join(dir, "cdi"),

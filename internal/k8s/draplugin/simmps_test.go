@@ -20,16 +20,6 @@ import (
 	"github.com/gpuslice/gpuslice/internal/node/mps/mpssim"
 )
 
-// TestMain makes the test binary a multicall binary, as the gpuslice
-// binary is: called as nvidia-cuda-mps-control it is the simulated MPS
-// control daemon (mpssim), which a simulated dra-driver runs by default.
-func TestMain(m *testing.M) {
-	if mpssim.IsControlBinary(os.Args[0]) {
-		os.Exit(mpssim.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
-
 // An MPS claim prepared on simulated GPUs with the simulated control
 // binary (as `gpuslice dra-driver --simulate` runs it) starts a real
 // daemon process for the GPU: its pipe directory — what the container

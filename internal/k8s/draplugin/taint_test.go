@@ -21,6 +21,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 	"github.com/gpuslice/gpuslice/internal/k8s/draplugin"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // taintNode is one node of the taint test: its fake GPUs, its driver and
@@ -45,7 +46,13 @@ type taintNode struct {
 // replacement gets a new claim from the template and the stock scheduler
 // allocates it on node B's GPU; the pod on A's healthy GPU is not touched.
 // When the GPU recovers its taints are gone.
+//
+// It keeps a control plane of its own: kube-controller-manager's
+// controllers (device-taint eviction, resource claims, garbage collection)
+// act on every namespace's pods and claims, and would act on the other
+// tests' objects on the shared one.
 func TestXIDTaintsDeviceAndItsPodIsRescheduled(t *testing.T) {
+	t.Parallel()
 	srv := apitest.Start(t)
 	apitest.StartScheduler(t, srv, apitest.SchedulerOptions{})
 	apitest.StartControllerManager(t, srv, apitest.ControllerManagerOptions{})
@@ -101,7 +108,7 @@ func TestXIDTaintsDeviceAndItsPodIsRescheduled(t *testing.T) {
 	}
 	a, b := nodes["node-a"], nodes["node-b"]
 	for _, n := range nodes {
-		waitFor(t, ctx, n.name+"'s ResourceSlices", func() (bool, string) {
+		testkit.EventuallyCtx(t, ctx, n.name+"'s ResourceSlices", func() (bool, string) {
 			devs := nodeDevices(t, ctx, cs, n.name)
 			return len(devs) == 2*len(gpusOf(t, n.m)), fmt.Sprintf("%d devices", len(devs))
 		})
@@ -157,7 +164,7 @@ func TestXIDTaintsDeviceAndItsPodIsRescheduled(t *testing.T) {
 	}
 	waitTaint(t, ctx, cs, a.name, idx, "79", resourceapi.DeviceTaintEffectNoExecute)
 	var evicted *corev1.Pod
-	waitFor(t, ctx, "the device-taint-eviction controller deleting "+first.Name, func() (bool, string) {
+	testkit.EventuallyCtx(t, ctx, "the device-taint-eviction controller deleting "+first.Name, func() (bool, string) {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, first.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -206,7 +213,7 @@ func TestXIDTaintsDeviceAndItsPodIsRescheduled(t *testing.T) {
 	if err := a.m.Recover(idx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "node A's taints removed after recovery", func() (bool, string) {
+	testkit.EventuallyCtx(t, ctx, "node A's taints removed after recovery", func() (bool, string) {
 		n := 0
 		for _, d := range nodeDevices(t, ctx, cs, a.name) {
 			n += len(d.Taints)
@@ -233,7 +240,7 @@ func boundPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, se
 	t.Helper()
 	var pod *corev1.Pod
 	var claim *resourceapi.ResourceClaim
-	waitFor(t, ctx, "a bound pod "+selector, func() (bool, string) {
+	testkit.EventuallyCtx(t, ctx, "a bound pod "+selector, func() (bool, string) {
 		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			t.Fatal(err)
@@ -263,7 +270,7 @@ func boundPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, se
 func waitTaint(t *testing.T, ctx context.Context, cs kubernetes.Interface, node string, idx int, value string, effect resourceapi.DeviceTaintEffect) {
 	t.Helper()
 	prefix := fmt.Sprintf("gpu-%d", idx)
-	waitFor(t, ctx, fmt.Sprintf("%s GPU %d tainted %s=%s:%s", node, idx, dranames.TaintKey, value, effect), func() (bool, string) {
+	testkit.EventuallyCtx(t, ctx, fmt.Sprintf("%s GPU %d tainted %s=%s:%s", node, idx, dranames.TaintKey, value, effect), func() (bool, string) {
 		var got []string
 		ok, n := true, 0
 		for _, d := range nodeDevices(t, ctx, cs, node) {
@@ -306,23 +313,6 @@ func gpusOf(t *testing.T, m *fake.Machine) []string {
 		out = append(out, g.UUID)
 	}
 	return out
-}
-
-// waitFor polls cond until it holds or ctx ends (then the test fails
-// with what cond last said).
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, string)) {
-	t.Helper()
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s: %s", what, state)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 func (k *kubelet) mustPrepare(t *testing.T, ctx context.Context, claims ...*resourceapi.ResourceClaim) {
