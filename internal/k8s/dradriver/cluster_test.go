@@ -1,135 +1,65 @@
 package dradriver_test
 
 import (
-	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
-	"github.com/gpuslice/gpuslice/internal/alloc"
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
 )
 
-// cluster is a real kube-apiserver and the stock kube-scheduler with
-// gpuslice's DeviceClasses.
+// TestMain runs the tests on the package's one control plane and stops
+// it (and its scheduler) when they end.
+func TestMain(m *testing.M) { os.Exit(apitest.Main(m)) }
+
+// cluster is a test's part of the package's real kube-apiserver and stock
+// kube-scheduler with gpuslice's DeviceClasses: a namespace of its own,
+// which is also its group (its nodes are labelled with it and its pods
+// select them: the scheduler sees every test's nodes).
 type cluster struct {
-	t   *testing.T
-	ctx context.Context
-	cs  *kubernetes.Clientset
-	srv *apitest.Server
+	*apitest.Cluster
+	t  *testing.T
+	ns string
 }
 
-func newCluster(t *testing.T) *cluster {
-	srv := apitest.Start(t)
-	sched := apitest.StartScheduler(t, srv, apitest.SchedulerOptions{})
+func newCluster(t *testing.T, ns string) *cluster {
+	srv := apitest.Shared(t)
+	sched := apitest.SharedScheduler(t, srv, apitest.SchedulerOptions{})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("kube-scheduler log:\n%s", sched.Tail(6000))
+			t.Logf("kube-scheduler log (all tests):\n%s", sched.Tail(6000))
 		}
 	})
-	cs, err := kubernetes.NewForConfig(srv.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	t.Cleanup(cancel)
-	if err := srv.EnsureNamespace(ctx, "team-a"); err != nil {
-		t.Fatal(err)
-	}
-	for _, dc := range dradriver.DeviceClasses() {
-		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &cluster{t: t, ctx: ctx, cs: cs, srv: srv}
-}
-
-// addNode creates a ready Node and publishes its GPUs' ResourceSlices.
-func (c *cluster) addNode(name, model string, gpus int) {
-	c.t.Helper()
-	n := alloc.Node{Name: name}
-	for i := range gpus {
-		n.GPUs = append(n.GPUs, alloc.GPU{UUID: fmt.Sprintf("GPU-%s-%d", name, i), Index: i, Model: model, Healthy: true})
-	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
-		Capacity:    corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")},
-		Allocatable: corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")}}}
-	if _, err := c.srv.CreateReadyNode(c.ctx, node); err != nil {
-		c.t.Fatal(err)
-	}
-	slices, err := dradriver.Slices(n, 1, "580.65.06", nil)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	for i := range slices {
-		if _, err := c.cs.ResourceV1().ResourceSlices().Create(c.ctx, &slices[i], metav1.CreateOptions{}); err != nil {
-			c.t.Fatalf("the API server refuses slice %s: %v", slices[i].Name, err)
-		}
-	}
+	return &cluster{t: t, ns: ns, Cluster: apitest.NewCluster(t, srv, apitest.ClusterOptions{Namespaces: []string{ns}, Group: ns})}
 }
 
 // claimPod creates a ResourceClaim asking class for one device (with the
 // selector and memory given) and a pod that uses it.
 func (c *cluster) claimPod(name, class, selector string, memory string) {
 	c.t.Helper()
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
-	if selector != "" {
-		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}
-	}
-	if memory != "" {
-		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}}
-	}
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}}}
-	if _, err := c.cs.ResourceV1().ResourceClaims("team-a").Create(c.ctx, claim, metav1.CreateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
-	cn := name
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"}, Spec: corev1.PodSpec{
-		ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}},
-		Containers:     []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}}}
-	if _, err := c.cs.CoreV1().Pods("team-a").Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
+	c.CreateClaimPod(apitest.ClaimPod{Namespace: c.ns, Name: name, Class: class, Selector: selector, Memory: memory})
 }
 
-// device waits until the claim is allocated and returns its device, or
-// "" once its pod is reported unschedulable.
+// device waits until the claim's pod is bound and returns the claim's
+// device, or "" once the pod is reported unschedulable.
 func (c *cluster) device(name string) string {
 	c.t.Helper()
-	for {
-		cl, err := c.cs.ResourceV1().ResourceClaims("team-a").Get(c.ctx, name, metav1.GetOptions{})
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		if a := cl.Status.Allocation; a != nil && len(a.Devices.Results) == 1 {
-			return a.Devices.Results[0].Device
-		}
-		p, err := c.cs.CoreV1().Pods("team-a").Get(c.ctx, name, metav1.GetOptions{})
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-				return ""
-			}
-		}
-		select {
-		case <-c.ctx.Done():
-			c.t.Fatalf("claim %s: neither allocated nor unschedulable", name)
-		case <-time.After(100 * time.Millisecond):
-		}
+	if _, msg := c.Scheduled(c.ns, name); msg != "" {
+		return ""
 	}
+	a := c.Claim(c.ns, name).Status.Allocation
+	if a == nil || len(a.Devices.Results) != 1 {
+		c.t.Fatalf("pod %s bound with its claim allocated %+v", name, a)
+	}
+	return a.Devices.Results[0].Device
 }
 
 // The stock kube-scheduler allocates from gpuslice's slices: the API
@@ -140,9 +70,10 @@ func (c *cluster) device(name string) string {
 // nowhere); a 1g.5gb beside them is refused, since all 7 compute slices
 // are taken; and the whole GPU is refused while MIG instances hold it.
 func TestStockSchedulerAllocatesValidMIGLayouts(t *testing.T) {
-	c := newCluster(t)
-	c.addNode("dgx", "A100-40GB", 8)
-	c.addNode("one", "A100-40GB", 1)
+	t.Parallel()
+	c := newCluster(t, "mig-layouts")
+	c.AddNode("dgx", "A100-40GB", 8)
+	c.AddNode("one", "A100-40GB", 1)
 	onOne := `device.attributes["gpu.gpuslice.dev"].parentUUID == "GPU-one-0"`
 	c.claimPod("small-first", dranames.ClassMIG, onOne+` && device.attributes["gpu.gpuslice.dev"].profile == "3g.20gb"`, "")
 	if d := c.device("small-first"); d != "gpu-0-mig-3g-20gb-at-4" {
@@ -188,8 +119,9 @@ func TestStockSchedulerAllocatesValidMIGLayouts(t *testing.T) {
 // shared an exclusive claim on it is refused too (the shared device takes
 // the GPU's counter once, however many shares it has).
 func TestStockSchedulerSharesAGPUByMemory(t *testing.T) {
-	c := newCluster(t)
-	c.addNode("l4", "L4", 1)
+	t.Parallel()
+	c := newCluster(t, "share-by-memory")
+	c.AddNode("l4", "L4", 1)
 	var got []string
 	for _, m := range []string{"4Gi", "8Gi", "10Gi"} {
 		name := "share-" + strings.ToLower(m)
@@ -204,7 +136,7 @@ func TestStockSchedulerSharesAGPUByMemory(t *testing.T) {
 	if got[0] != got[2] || got[0] != "gpu-0-shared" {
 		t.Fatalf("the three shares got %v, want one shared GPU", got)
 	}
-	cl, err := c.cs.ResourceV1().ResourceClaims("team-a").Get(c.ctx, "share-8gi", metav1.GetOptions{})
+	cl, err := c.CS.ResourceV1().ResourceClaims(c.ns).Get(c.Ctx, "share-8gi", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,37 +160,34 @@ func TestStockSchedulerSharesAGPUByMemory(t *testing.T) {
 // the node and binds the pod; a second such pod does not fit the one GPU
 // left.
 func TestLegacyGPUPodsAreServedByTheWholeGPUClass(t *testing.T) {
-	c := newCluster(t)
-	c.addNode("t4x3", "T4", 3)
+	t.Parallel()
+	c := newCluster(t, "legacy")
+	c.AddNode("t4x3", "T4", 3)
 	pod := func(name string) {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"}, Spec: corev1.PodSpec{
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns}, Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{
 				Limits: corev1.ResourceList{dranames.LegacyGPUResource: resource.MustParse("2")}}}}}}
-		if _, err := c.cs.CoreV1().Pods("team-a").Create(c.ctx, p, metav1.CreateOptions{}); err != nil {
+		c.SelectGroup(&p.Spec)
+		if _, err := c.CS.CoreV1().Pods(c.ns).Create(c.Ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	pod("legacy")
 	var bound *corev1.Pod
-	for bound == nil {
-		p, err := c.cs.CoreV1().Pods("team-a").Get(c.ctx, "legacy", metav1.GetOptions{})
+	c.Eventually("the legacy pod bound", func() (bool, string) {
+		p, err := c.CS.CoreV1().Pods(c.ns).Get(c.Ctx, "legacy", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p.Spec.NodeName != "" {
 			bound = p
-			break
 		}
-		select {
-		case <-c.ctx.Done():
-			t.Fatalf("the legacy pod was never bound: %+v", p.Status)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return bound != nil, fmt.Sprintf("%+v", p.Status)
+	})
 	if bound.Spec.NodeName != "t4x3" || bound.Status.ExtendedResourceClaimStatus == nil {
 		t.Fatalf("bound to %q with extended resource claim status %+v", bound.Spec.NodeName, bound.Status.ExtendedResourceClaimStatus)
 	}
-	cl, err := c.cs.ResourceV1().ResourceClaims("team-a").Get(c.ctx, bound.Status.ExtendedResourceClaimStatus.ResourceClaimName, metav1.GetOptions{})
+	cl, err := c.CS.ResourceV1().ResourceClaims(c.ns).Get(c.Ctx, bound.Status.ExtendedResourceClaimStatus.ResourceClaimName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,8 +200,8 @@ func TestLegacyGPUPodsAreServedByTheWholeGPUClass(t *testing.T) {
 		t.Fatalf("the legacy pod's claim got %v, want two whole GPUs", got)
 	}
 	pod("legacy-2")
-	for {
-		p, err := c.cs.CoreV1().Pods("team-a").Get(c.ctx, "legacy-2", metav1.GetOptions{})
+	c.Eventually("the second pod bound or unschedulable", func() (bool, string) {
+		p, err := c.CS.CoreV1().Pods(c.ns).Get(c.Ctx, "legacy-2", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,15 +212,8 @@ func TestLegacyGPUPodsAreServedByTheWholeGPUClass(t *testing.T) {
 		for _, cond := range p.Status.Conditions {
 			unsched = unsched || (cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable)
 		}
-		if unsched {
-			break
-		}
-		select {
-		case <-c.ctx.Done():
-			t.Fatal("the second pod was neither bound nor unschedulable")
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return unsched, fmt.Sprintf("conditions %+v", p.Status.Conditions)
+	})
 }
 
 // The instance-type templates (scaled counters, no uuid) are slices the
@@ -301,7 +223,8 @@ func TestLegacyGPUPodsAreServedByTheWholeGPUClass(t *testing.T) {
 // a MIG instance nor the whole GPU; on a fresh A100 a MIG instance shuts
 // out a share.
 func TestStockSchedulerOnInstanceTypeTemplates(t *testing.T) {
-	c := newCluster(t)
+	t.Parallel()
+	c := newCluster(t, "instance-types")
 	for _, it := range []string{"a2-highgpu-1g", "a2-ultragpu-1g"} {
 		slices, err := dradriver.InstanceTypeSlices(it, "", nil)
 		if err != nil {
@@ -310,14 +233,8 @@ func TestStockSchedulerOnInstanceTypeTemplates(t *testing.T) {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: it}, Status: corev1.NodeStatus{
 			Capacity:    corev1.ResourceList{"cpu": resource.MustParse("12"), "memory": resource.MustParse("85Gi"), "pods": resource.MustParse("110")},
 			Allocatable: corev1.ResourceList{"cpu": resource.MustParse("12"), "memory": resource.MustParse("85Gi"), "pods": resource.MustParse("110")}}}
-		if _, err := c.srv.CreateReadyNode(c.ctx, node); err != nil {
-			t.Fatal(err)
-		}
-		for i := range slices {
-			if _, err := c.cs.ResourceV1().ResourceSlices().Create(c.ctx, &slices[i], metav1.CreateOptions{}); err != nil {
-				t.Fatalf("the API server refuses template slice %s: %v", slices[i].Name, err)
-			}
-		}
+		c.AddNodeObject(node)
+		c.CreateSlices(slices)
 	}
 	on40 := `device.attributes["gpu.gpuslice.dev"].model == "A100-40GB"`
 	for i := range 4 {

@@ -105,6 +105,7 @@ func validLayouts(geo *mig.Geometry, publish func(string) bool) int {
 // for every MIG-capable model of the catalog, with all profiles or a few,
 // with the shared GPU or three tenants' copies of it. Exhaustive.
 func TestCountersAllowExactlyTheValidSets(t *testing.T) {
+	t.Parallel()
 	cat := catalog.Default()
 	models := 0
 	for _, mm := range cat.GPUs() {

@@ -275,6 +275,7 @@ func highestStartFirst(devs []resourceapi.Device) {
 // (BestStart) — the most any online rule places — and more sequences in
 // all than the order published before (highest start first).
 func TestStockFirstFitKeepsRoom(t *testing.T) {
+	t.Parallel()
 	seen := map[int]bool{}
 	for _, m := range catalog.Default().GPUs() {
 		if m.MIG == nil {
