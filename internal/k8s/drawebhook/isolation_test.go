@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -24,13 +26,18 @@ import (
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/dradriver"
 	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
-// isolationCluster is a real kube-apiserver, the stock kube-scheduler,
-// gpuslice's DeviceClasses, the webhook's ClaimPath registered as a
-// mutating webhook (tenant read from the namespace's label), nodes of L4s
-// publishing dradriver.SlicesFor(opts), and namespaces by tenant.
+// isolationCluster is a test's part of the package's real kube-apiserver
+// and stock kube-scheduler (an apitest.Cluster whose group is the test's
+// prefix): gpuslice's DeviceClasses, the webhook's ClaimPath registered
+// as a mutating webhook for the test's namespaces (tenant read from the
+// namespace's label), nodes of L4s publishing dradriver.SlicesFor(opts)
+// (named with the prefix, the test's pods kept on them), and namespaces
+// by tenant.
 type isolationCluster struct {
+	*apitest.Cluster
 	t        *testing.T
 	ctx      context.Context
 	cs       *kubernetes.Clientset
@@ -38,31 +45,28 @@ type isolationCluster struct {
 	gpuOf    map[string]string // pool/device → GPU uuid
 }
 
-func newIsolationCluster(t *testing.T, opts dradriver.Options, nodes, gpus int, tenantOf map[string]string) *isolationCluster {
-	srv := apitest.Start(t)
-	sched := apitest.StartScheduler(t, srv, apitest.SchedulerOptions{})
+func newIsolationCluster(t *testing.T, prefix string, opts dradriver.Options, nodes, gpus int, tenantOf map[string]string) *isolationCluster {
+	srv := apitest.Shared(t)
+	sched := apitest.SharedScheduler(t, srv, apitest.SchedulerOptions{})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("kube-scheduler log:\n%s", sched.Tail(6000))
+			t.Logf("kube-scheduler log (all tests):\n%s", sched.Tail(6000))
 		}
 	})
-	cs, err := kubernetes.NewForConfig(srv.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	t.Cleanup(cancel)
+	ac := apitest.NewCluster(t, srv, apitest.ClusterOptions{Namespaces: slices.Sorted(maps.Keys(tenantOf)), Group: prefix, Timeout: 4 * time.Minute})
+	cs, ctx := ac.CS, ac.Ctx
 	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "", ReadNamespace(cs), Copies{}))
 	t.Cleanup(ts.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
 	fail, none := admissionregv1.Fail, admissionregv1.SideEffectClassNone
 	url := ts.URL + ClaimPath
-	hook := &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "gpuslice-tenants"},
+	hook := &admissionregv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-gpuslice-tenants"},
 		Webhooks: []admissionregv1.MutatingWebhook{{
 			Name:         "tenants.gpu.gpuslice.dev",
 			ClientConfig: admissionregv1.WebhookClientConfig{URL: &url, CABundle: ca},
 			Rules: []admissionregv1.RuleWithOperations{{Operations: []admissionregv1.OperationType{admissionregv1.Create},
 				Rule: admissionregv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"resourceclaims", "resourceclaimtemplates"}}}},
+			NamespaceSelector:       onlyNamespaces(slices.Collect(maps.Keys(tenantOf))...),
 			FailurePolicy:           &fail,
 			SideEffects:             &none,
 			AdmissionReviewVersions: []string{"v1"},
@@ -70,15 +74,8 @@ func newIsolationCluster(t *testing.T, opts dradriver.Options, nodes, gpus int, 
 	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, dc := range dradriver.DeviceClasses() {
-		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deleteOnCleanup(t, ctx, cs, hook) // the Cluster deletes the pods and claims
 	for ns, tenant := range tenantOf {
-		if err := srv.EnsureNamespace(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
 		if tenant == ns {
 			continue
 		}
@@ -94,9 +91,9 @@ func newIsolationCluster(t *testing.T, opts dradriver.Options, nodes, gpus int, 
 			t.Fatal(err)
 		}
 	}
-	c := &isolationCluster{t: t, ctx: ctx, cs: cs, tenantOf: tenantOf, gpuOf: map[string]string{}}
+	c := &isolationCluster{Cluster: ac, t: t, ctx: ctx, cs: cs, tenantOf: tenantOf, gpuOf: map[string]string{}}
 	for i := range nodes {
-		name := fmt.Sprintf("node-%d", i)
+		name := fmt.Sprintf("%s-node-%d", prefix, i)
 		n := alloc.Node{Name: name}
 		for g := range gpus {
 			n.GPUs = append(n.GPUs, alloc.GPU{UUID: fmt.Sprintf("GPU-%s-%d", name, g), Index: g, Model: "L4", Healthy: true})
@@ -104,18 +101,14 @@ func newIsolationCluster(t *testing.T, opts dradriver.Options, nodes, gpus int, 
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
 			Capacity:    corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")},
 			Allocatable: corev1.ResourceList{"cpu": resource.MustParse("64"), "memory": resource.MustParse("512Gi"), "pods": resource.MustParse("110")}}}
-		if _, err := srv.CreateReadyNode(ctx, node); err != nil {
-			t.Fatal(err)
-		}
-		slices, err := dradriver.SlicesFor(n, 1, "580.65.06", nil, opts)
+		ac.AddNodeObject(node)
+		sl, err := dradriver.SlicesFor(n, 1, "580.65.06", nil, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range slices {
-			if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, &slices[i], metav1.CreateOptions{}); err != nil {
-				t.Fatalf("the API server refuses slice %s: %v", slices[i].Name, err)
-			}
-			for _, d := range slices[i].Spec.Devices {
+		ac.CreateSlices(sl)
+		for i := range sl {
+			for _, d := range sl[i].Spec.Devices {
 				c.gpuOf[name+"/"+d.Name] = *d.Attributes["uuid"].StringValue
 			}
 		}
@@ -123,18 +116,13 @@ func newIsolationCluster(t *testing.T, opts dradriver.Options, nodes, gpus int, 
 	// The API server picks the webhook up within a second or so: wait
 	// until a dry-run claim comes back with its tenant's toleration.
 	for ns := range tenantOf {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		testkit.Eventually(t, 30*time.Second, "the claim webhook called", func() (bool, string) {
 			got, err := cs.ResourceV1().ResourceClaims(ns).Create(ctx, sharedClaim(ns, "probe", "1Gi"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(got.Spec.Devices.Requests[0].Exactly.Tolerations) == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the claim webhook was never called")
-			}
-		}
+			return len(got.Spec.Devices.Requests[0].Exactly.Tolerations) == 1, "no toleration added"
+		})
 		break
 	}
 	return c
@@ -169,7 +157,9 @@ func (c *isolationCluster) run(perNS int, memory string) map[string][]string {
 					cn := name
 					pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
 						ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}},
-						Containers:     []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}}}}
+						Containers:     []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+					}}
+					c.SelectGroup(&pod.Spec)
 					if _, err := c.cs.CoreV1().Pods(ns).Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
 						errs <- fmt.Errorf("pod %s/%s: %w", ns, name, err)
 						return
@@ -184,34 +174,26 @@ func (c *isolationCluster) run(perNS int, memory string) map[string][]string {
 		c.t.Fatal(err)
 	}
 	want := perNS * len(c.tenantOf)
-	for {
-		pods, err := c.cs.CoreV1().Pods("").List(c.ctx, metav1.ListOptions{})
-		if err != nil {
-			c.t.Fatal(err)
-		}
+	testkit.EventuallyCtx(c.t, c.ctx, fmt.Sprintf("%d pods bound", want), func() (bool, string) {
 		bound, pending := 0, []string{}
-		for _, p := range pods.Items {
-			if p.Spec.NodeName != "" {
-				bound++
-			} else {
-				pending = append(pending, p.Namespace+"/"+p.Name)
+		for ns := range c.tenantOf {
+			pods, err := c.cs.CoreV1().Pods(ns).List(c.ctx, metav1.ListOptions{})
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			for _, p := range pods.Items {
+				if p.Spec.NodeName != "" {
+					bound++
+				} else {
+					pending = append(pending, p.Namespace+"/"+p.Name)
+				}
 			}
 		}
-		if bound == want {
-			break
-		}
-		select {
-		case <-c.ctx.Done():
-			c.t.Fatalf("%d of %d pods bound; pending %v", bound, want, pending)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+		return bound == want, fmt.Sprintf("%d of %d pods bound; pending %v", bound, want, pending)
+	})
 	onGPU := map[string][]string{}
-	claims, err := c.cs.ResourceV1().ResourceClaims("").List(c.ctx, metav1.ListOptions{})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	for _, cl := range claims.Items {
+	claims := c.claims()
+	for _, cl := range claims {
 		a := cl.Status.Allocation
 		if a == nil || len(a.Devices.Results) != 1 {
 			c.t.Fatalf("claim %s/%s bound but allocated %+v", cl.Namespace, cl.Name, a)
@@ -223,10 +205,24 @@ func (c *isolationCluster) run(perNS int, memory string) map[string][]string {
 		}
 		onGPU[gpu] = append(onGPU[gpu], c.tenantOf[cl.Namespace])
 	}
-	if n := len(claims.Items); n != want {
+	if n := len(claims); n != want {
 		c.t.Fatalf("%d claims, want %d", n, want)
 	}
 	return onGPU
+}
+
+// claims lists the ResourceClaims of the test's namespaces.
+func (c *isolationCluster) claims() []resourceapi.ResourceClaim {
+	c.t.Helper()
+	var out []resourceapi.ResourceClaim
+	for ns := range c.tenantOf {
+		list, err := c.cs.ResourceV1().ResourceClaims(ns).List(c.ctx, metav1.ListOptions{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		out = append(out, list.Items...)
+	}
+	return out
 }
 
 // tenantsOn lists the distinct tenants of one GPU's claims.
@@ -257,7 +253,8 @@ var isolationNamespaces = map[string]string{"team-a": "team-a", "team-b": "team-
 // or 16 claims on at most 3 GPUs). A claim tolerating another tenant is
 // refused at create.
 func TestStockSchedulerIsolatesTenants(t *testing.T) {
-	c := newIsolationCluster(t, dradriver.Options{TenantIsolation: true, Tenants: []string{"team-a", "team-b", "team-c", "team-d"}}, 3, 4, isolationNamespaces)
+	t.Parallel()
+	c := newIsolationCluster(t, "iso", dradriver.Options{TenantIsolation: true, Tenants: []string{"team-a", "team-b", "team-c", "team-d"}}, 3, 4, isolationNamespaces)
 
 	sneaky := sharedClaim("team-b", "sneaky", "1Gi")
 	sneaky.Spec.Devices.Requests[0].Exactly.Tolerations = []resourceapi.DeviceToleration{dradriver.TenantToleration("team-a")}
@@ -278,11 +275,7 @@ func TestStockSchedulerIsolatesTenants(t *testing.T) {
 			shared[claims[0]] = true
 		}
 	}
-	claims, err := c.cs.ResourceV1().ResourceClaims("").List(c.ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cl := range claims.Items {
+	for _, cl := range c.claims() {
 		r := cl.Status.Allocation.Devices.Results[0]
 		tenant := c.tenantOf[cl.Namespace]
 		if suffix := strings.TrimPrefix(dranames.SharedDeviceName(0, tenant), "gpu-0"); !strings.HasSuffix(r.Device, suffix) {
@@ -308,7 +301,8 @@ func TestStockSchedulerIsolatesTenants(t *testing.T) {
 // packs them all on its first GPU, first fit, so at least two tenants meet
 // there.)
 func TestStockSchedulerMixesTenantsWithoutIsolation(t *testing.T) {
-	c := newIsolationCluster(t, dradriver.Options{}, 3, 4, map[string]string{"team-a": "team-a", "team-b": "team-b", "team-c": "team-c", "team-d": "team-d"})
+	t.Parallel()
+	c := newIsolationCluster(t, "mix", dradriver.Options{}, 3, 4, map[string]string{"mix-a": "mix-a", "mix-b": "mix-b", "mix-c": "mix-c", "mix-d": "mix-d"})
 	onGPU := c.run(8, "1Gi")
 	mixed := 0
 	for gpu, claims := range onGPU {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,51 @@ import (
 
 	"github.com/gpuslice/gpuslice/internal/k8s/apitest"
 	"github.com/gpuslice/gpuslice/internal/k8s/dranames"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
+
+// TestMain runs the tests on the package's one control plane and stops
+// it (and its scheduler) when they end.
+func TestMain(m *testing.M) { os.Exit(apitest.Main(m)) }
+
+// deleteOnCleanup deletes a test's webhook configuration when it ends,
+// before its webhook server closes, and the pods and claims of its
+// namespaces: the test can run again on the shared API server (go test
+// -count=2).
+func deleteOnCleanup(t *testing.T, ctx context.Context, cs kubernetes.Interface, hook any, namespaces ...string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		var err error
+		switch h := hook.(type) {
+		case *admissionregv1.MutatingWebhookConfiguration:
+			err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, h.Name, metav1.DeleteOptions{})
+		case *admissionregv1.ValidatingWebhookConfiguration:
+			err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, h.Name, metav1.DeleteOptions{})
+		default:
+			err = fmt.Errorf("not a webhook configuration: %T", hook)
+		}
+		if err != nil {
+			t.Errorf("deleting the webhook configuration: %v", err)
+		}
+		zero := int64(0)
+		for _, ns := range namespaces {
+			if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+				t.Errorf("deleting the pods of %s: %v", ns, err)
+			}
+			if err := cs.ResourceV1().ResourceClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+				t.Errorf("deleting the claims of %s: %v", ns, err)
+			}
+		}
+	})
+}
+
+// onlyNamespaces selects the named namespaces, for a webhook of one test
+// on the shared API server.
+func onlyNamespaces(names ...string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpIn, Values: names}}}
+}
 
 func claim(ns, name, class, params string) *resourceapi.ResourceClaim {
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -96,11 +141,11 @@ func TestHandler(t *testing.T) {
 	}
 }
 
-// startWebhook starts a real kube-apiserver and the webhook over TLS, and
-// returns the webhook's URL base (ts.URL), its CA bundle, a clientset and
-// a context bounding the test.
+// startWebhook joins the package's real kube-apiserver, starts the webhook
+// over TLS, and returns the webhook's URL base (ts.URL), its CA bundle, a
+// clientset and a context bounding the test.
 func startWebhook(t *testing.T) (*apitest.Server, *httptest.Server, []byte, *kubernetes.Clientset, context.Context) {
-	srv := apitest.Start(t)
+	srv := apitest.Shared(t)
 	ts := httptest.NewTLSServer(Handler(slog.New(slog.NewTextHandler(io.Discard, nil)), "gpuslice-scheduler", nil, Copies{}))
 	t.Cleanup(ts.Close)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
@@ -117,15 +162,20 @@ func startWebhook(t *testing.T) (*apitest.Server, *httptest.Server, []byte, *kub
 // (and a template) whose config the kubelet plugin would refuse is denied
 // at create with the field's path; a good claim is created.
 func TestWebhookOnAPIServer(t *testing.T) {
+	t.Parallel()
 	srv, ts, ca, cs, ctx := startWebhook(t)
 	fail := admissionregv1.Fail
 	none := admissionregv1.SideEffectClassNone
 	url := ts.URL + Path
+	const ns = "webhook-a"
 	hook := &admissionregv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "gpuslice"},
 		Webhooks: []admissionregv1.ValidatingWebhook{{
-			Name:                    "claims.gpu.gpuslice.dev",
-			ClientConfig:            admissionregv1.WebhookClientConfig{URL: &url, CABundle: ca},
-			Rules:                   []admissionregv1.RuleWithOperations{{Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update}, Rule: admissionregv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"resourceclaims", "resourceclaimtemplates"}}}},
+			Name:         "claims.gpu.gpuslice.dev",
+			ClientConfig: admissionregv1.WebhookClientConfig{URL: &url, CABundle: ca},
+			Rules:        []admissionregv1.RuleWithOperations{{Operations: []admissionregv1.OperationType{admissionregv1.Create, admissionregv1.Update}, Rule: admissionregv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"resourceclaims", "resourceclaimtemplates"}}}},
+			// The test's namespace only: the other tests on the shared
+			// API server make claims while this one's server may be gone.
+			NamespaceSelector:       onlyNamespaces(ns),
 			FailurePolicy:           &fail,
 			SideEffects:             &none,
 			AdmissionReviewVersions: []string{"v1"},
@@ -133,37 +183,38 @@ func TestWebhookOnAPIServer(t *testing.T) {
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.EnsureNamespace(ctx, "team-a"); err != nil {
+	deleteOnCleanup(t, ctx, cs, hook, ns)
+	if err := srv.EnsureNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	claims := cs.ResourceV1().ResourceClaims("team-a")
+	claims := cs.ResourceV1().ResourceClaims(ns)
 	// The API server picks the configuration up within a second or so.
 	var last error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		_, last = claims.Create(ctx, claim("team-a", "probe", "shared.gpuslice.dev", badFair), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if last != nil {
-			break
-		}
-	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_ = testkit.Wait(wctx, func() (bool, string) {
+		_, last = claims.Create(ctx, claim(ns, "probe", "shared.gpuslice.dev", badFair), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil, "the bad claim is admitted"
+	})
 	if last == nil || !apierrors.IsInvalid(last) && !strings.Contains(last.Error(), "denied the request") {
 		t.Fatalf("bad claim not denied by the webhook: %v", last)
 	}
 	if !strings.Contains(last.Error(), `spec.devices.config[0].opaque.parameters.sharing.strategy "Fair": valid are TimeSlicing, MPS`) {
 		t.Fatalf("denial does not name the field: %v", last)
 	}
-	if _, err := claims.Create(ctx, claim("team-a", "good", "shared.gpuslice.dev", goodMPS), metav1.CreateOptions{}); err != nil {
+	if _, err := claims.Create(ctx, claim(ns, "good", "shared.gpuslice.dev", goodMPS), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("good claim refused: %v", err)
 	}
-	if _, err := claims.Create(ctx, claim("team-a", "plain", "gpu.gpuslice.dev", ""), metav1.CreateOptions{}); err != nil {
+	if _, err := claims.Create(ctx, claim(ns, "plain", "gpu.gpuslice.dev", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("claim without config refused: %v", err)
 	}
-	_, err := claims.Create(ctx, claim("team-a", "excl", "shared.gpuslice.dev", `{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"exclusive"}`), metav1.CreateOptions{})
+	_, err := claims.Create(ctx, claim(ns, "excl", "shared.gpuslice.dev", `{"apiVersion":"gpu.gpuslice.dev/v1alpha1","kind":"SliceConfig","mode":"exclusive"}`), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), `request "gpu": mode exclusive on a shared GPU: use device class gpu.gpuslice.dev`) {
 		t.Fatalf("exclusive on the shared class: %v", err)
 	}
-	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "t"},
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "t"},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claim("", "", "shared.gpuslice.dev", badField).Spec}}
-	_, err = cs.ResourceV1().ResourceClaimTemplates("team-a").Create(ctx, tmpl, metav1.CreateOptions{})
+	_, err = cs.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "spec.spec.devices.config[0].opaque.parameters.treads: unknown field") {
 		t.Fatalf("bad template: %v", err)
 	}
@@ -218,6 +269,7 @@ func TestSchedulePod(t *testing.T) {
 // for gpuslice-scheduler get its schedulerName; other namespaces' pods and
 // pods that chose a scheduler keep theirs.
 func TestSchedulerNameOnAPIServer(t *testing.T) {
+	t.Parallel()
 	srv, ts, ca, cs, ctx := startWebhook(t)
 	fail := admissionregv1.Fail
 	none := admissionregv1.SideEffectClassNone
@@ -235,6 +287,7 @@ func TestSchedulerNameOnAPIServer(t *testing.T) {
 	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	deleteOnCleanup(t, ctx, cs, hook, "ml", "web")
 	for _, ns := range []string{"ml", "web"} {
 		if err := srv.EnsureNamespace(ctx, ns); err != nil {
 			t.Fatal(err)
@@ -249,17 +302,17 @@ func TestSchedulerNameOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The API server picks the configuration up within a second or so.
-	var got *corev1.Pod
-	for i := 0; ; i++ {
-		got, err = cs.CoreV1().Pods("ml").Create(ctx, pod("ml", fmt.Sprintf("probe-%d", i), "", true, false), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	i := 0
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_ = testkit.Wait(wctx, func() (bool, string) {
+		got, err := cs.CoreV1().Pods("ml").Create(ctx, pod("ml", fmt.Sprintf("probe-%d", i), "", true, false), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Spec.SchedulerName == "gpuslice-scheduler" || i > 150 {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		i++
+		return got.Spec.SchedulerName == "gpuslice-scheduler", "not mutated yet"
+	})
 	want := map[string]string{"ml/claims": "gpuslice-scheduler", "ml/gpus": "gpuslice-scheduler", "ml/cpu": "default-scheduler",
 		"ml/own": "volcano", "web/claims": "default-scheduler"}
 	pods := []*corev1.Pod{pod("ml", "claims", "", true, false), pod("ml", "gpus", "", false, true), pod("ml", "cpu", "", false, false),
