@@ -125,12 +125,28 @@ func newCluster(t *testing.T, node, ns string) *cluster {
 	sched := apitest.SharedScheduler(t, srv, apitest.SchedulerOptions{})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("kube-scheduler log (all tests):\n%s", sched.Tail(4000))
+			t.Logf("kube-scheduler log, the lines naming %s/:\n%s", ns, schedulerLines(sched.LogFile, ns+"/", 80))
 		}
 	})
 	ac := apitest.NewCluster(t, srv, apitest.ClusterOptions{Namespaces: []string{ns}, Group: ns, Timeout: 3 * time.Minute})
 	ac.AddReadyNode(node)
 	return &cluster{Cluster: ac, t: t, ctx: ac.Ctx, cs: ac.CS, srv: srv, node: node, ns: ns}
+}
+
+// schedulerLines is the last n lines of the shared scheduler's log that
+// contain s (the lines of one test's namespace).
+func schedulerLines(path, s string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-n):], "\n")
 }
 
 // waitSlices waits until n ResourceSlices of the driver exist for the node.
