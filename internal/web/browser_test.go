@@ -394,6 +394,19 @@ func TestDashboardInBrowser(t *testing.T) {
 		if stored != nil {
 			t.Errorf("token still in session storage after sign-out")
 		}
+		// A late request of the signed-out session (a timer, a slow
+		// answer) asks nothing and signs nothing out: before, its 401
+		// signed out again and cleared the token being typed.
+		p.do(chromedp.SendKeys(chromedp.CSS("#token"), "gs_t_half"))
+		var asked any
+		p.eval(`api("/v1/fleet/summary").catch(() => {}), true`, &asked)
+		time.Sleep(300 * time.Millisecond)
+		var typed string
+		p.eval(`document.querySelector("#token").value`, &typed)
+		if typed != "gs_t_half" {
+			t.Errorf("a request after sign-out changed the token being typed to %q", typed)
+		}
+		p.eval(`document.querySelector("#token").value = "", true`, &asked)
 		p.signIn(acme)
 		p.hash("#gpu/gpu-a/0")
 		p.wait("acme's claim", fmt.Sprintf("document.querySelector(%s)", sel(fmt.Sprintf(`rect.share-memory[data-claim=%s]`, sel(a.ID)))))

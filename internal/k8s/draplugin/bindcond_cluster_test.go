@@ -326,9 +326,11 @@ func keys(m map[string]bool) []string {
 // When the instance cannot be created (a fault of the GPU), the claim gets
 // gpuslice.dev/mig-failed; the stock scheduler then frees the allocation
 // and schedules the pod again, the instance is created on the retry and
-// the pod binds: retried, not stuck.
+// the pod binds: retried, not stuck. Not parallel: at load 15-22 it saw
+// three creates (failed, made, made) twice in about 30 runs, unexplained
+// so far; alone it keeps the scheduler to the two cycles it checks for
+// (a failure prints this test's scheduler log lines).
 func TestMIGCreationFailureReschedulesThePod(t *testing.T) {
-	t.Parallel()
 	e := newBindEnv(t, "bind-failure", 1)
 	d, _ := e.start(e.ctx, e.cfg)
 	if err := d.StartBinding(e.ctx); err != nil {

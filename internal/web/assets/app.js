@@ -74,7 +74,12 @@ function modeName(m) { return MODE_NAMES[m] || m; }
 
 // ---- API
 async function api(path) {
-  const r = await fetch(path, { headers: { Authorization: "Bearer " + state.token } });
+  // A timer or a late answer of a session already signed out asks nothing
+  // and signs nothing out: the login form may hold the next token, half typed.
+  const token = state.token;
+  if (!token) throw new Error("signed out");
+  const r = await fetch(path, { headers: { Authorization: "Bearer " + token } });
+  if (token !== state.token) throw new Error("signed out");
   if (r.status === 401) { signOut("Your token was refused (" + (await errorOf(r)) + "). Sign in again."); throw new Error("unauthorized"); }
   if (!r.ok) throw new Error(path + ": HTTP " + r.status + " " + (await errorOf(r)));
   const body = await r.json();
@@ -217,8 +222,10 @@ async function sse(r, on) {
 async function readStream() {
   const ctrl = new AbortController();
   state.stream = ctrl;
+  const token = state.token;
   try {
-    const r = await fetch("/v1/dashboard/stream", { headers: { Authorization: "Bearer " + state.token }, signal: ctrl.signal });
+    const r = await fetch("/v1/dashboard/stream", { headers: { Authorization: "Bearer " + token }, signal: ctrl.signal });
+    if (token !== state.token) return; // signed out meanwhile
     if (r.status === 401) { signOut("Your token was refused. Sign in again."); return; }
     if (!r.ok) throw new Error("dashboard stream: HTTP " + r.status + " " + (await errorOf(r)));
     await sse(r, (event, data) => {
