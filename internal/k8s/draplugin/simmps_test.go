@@ -4,6 +4,8 @@ package draplugin
 
 import (
 	"context"
+	"fmt"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 	"io"
 	"log/slog"
 	"os"
@@ -74,13 +76,9 @@ func TestPrepareMPSStartsSimulatedDaemon(t *testing.T) {
 	if err := d.Unprepare(ctx, "mps"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(l.PID, 0) == nil && !zombie(l.PID) {
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon %d still runs after unprepare", l.PID)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the MPS daemon to end after unprepare", func() (bool, string) {
+		return syscall.Kill(l.PID, 0) != nil || zombie(l.PID), fmt.Sprintf("daemon %d still runs", l.PID)
+	})
 	for _, f := range []string{mpssim.SocketFile, mps.PIDFile} {
 		if _, err := os.Lstat(filepath.Join(pipe, f)); !os.IsNotExist(err) {
 			t.Errorf("%s after unprepare: %v", f, err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 	"io"
 	"net"
 	"net/http"
@@ -231,13 +232,10 @@ func TestProxyWakesAndStopsADeployment(t *testing.T) {
 		t.Fatalf("woken to %d replicas, want 1", n)
 	}
 	// Idle: back to zero within a few idle periods.
-	deadline := time.Now().Add(15 * time.Second)
-	for scale() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("still at %d replicas 15s after the last request (idle 1.5s)", scale())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 15*time.Second, "back to zero replicas after the last request (idle 1.5s)", func() (bool, string) {
+		n := scale()
+		return n == 0, fmt.Sprintf("still at %d replicas", n)
+	})
 	// Once the pod is gone (its endpoint with it), a second request wakes
 	// it again.
 	for isPublished() {
