@@ -5,7 +5,6 @@ package draplugin
 import (
 	"context"
 	"fmt"
-	"github.com/gpuslice/gpuslice/internal/testkit"
 	"io"
 	"log/slog"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/gpu/fake"
 	"github.com/gpuslice/gpuslice/internal/node/mps"
 	"github.com/gpuslice/gpuslice/internal/node/mps/mpssim"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // An MPS claim prepared on simulated GPUs with the simulated control

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"github.com/gpuslice/gpuslice/internal/testkit"
 	"io"
 	"net"
 	"net/http"
@@ -30,6 +29,7 @@ import (
 	"github.com/gpuslice/gpuslice/internal/plan"
 	"github.com/gpuslice/gpuslice/internal/render"
 	"github.com/gpuslice/gpuslice/internal/spec"
+	"github.com/gpuslice/gpuslice/internal/testkit"
 )
 
 // The compose example's serverlessConfiguration on a real kube-apiserver:
